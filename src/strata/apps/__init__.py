@@ -1,0 +1,1 @@
+"""Dataflows that ship with strata (used by the demo, the tests and the benchmarks)."""

@@ -1,0 +1,120 @@
+"""Flow schemas: declared as Spark DDL, held as Arrow schemas, checked on write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from strata.model.errors import DataflowError
+
+SchemaLike = str | pa.Schema | Mapping[str, Any]
+
+_SIMPLE = {
+    exp.DataType.Type.TEXT: pa.string(),
+    exp.DataType.Type.VARCHAR: pa.string(),
+    exp.DataType.Type.CHAR: pa.string(),
+    exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.INT: pa.int32(),
+    exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.TINYINT: pa.int8(),
+    exp.DataType.Type.DOUBLE: pa.float64(),
+    exp.DataType.Type.FLOAT: pa.float32(),
+    exp.DataType.Type.BOOLEAN: pa.bool_(),
+    exp.DataType.Type.BINARY: pa.binary(),
+    exp.DataType.Type.VARBINARY: pa.binary(),
+    exp.DataType.Type.DATE: pa.date32(),
+    exp.DataType.Type.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
+}
+_PY = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(), bytes: pa.binary()}
+
+
+def _arrow_type(dt: exp.DataType) -> pa.DataType:
+    t = dt.this
+    if t in _SIMPLE:
+        return _SIMPLE[t]
+    if t == exp.DataType.Type.DECIMAL:
+        p, s = (int(e.name) for e in dt.expressions) if dt.expressions else (10, 0)
+        return pa.decimal128(p, s)
+    if t == exp.DataType.Type.ARRAY:
+        return pa.list_(_arrow_type(dt.expressions[0]))
+    if t == exp.DataType.Type.MAP:
+        return pa.map_(_arrow_type(dt.expressions[0]), _arrow_type(dt.expressions[1]))
+    if t == exp.DataType.Type.STRUCT:
+        return pa.struct([pa.field(c.name, _arrow_type(c.args["kind"])) for c in dt.expressions])
+    raise DataflowError(f"unsupported column type {dt.sql('spark')!r}")
+
+
+def parse_ddl(ddl: str) -> pa.Schema:
+    """Parse Spark DDL such as ``"url string, count long, tags array<string>"``."""
+    try:
+        tree = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise DataflowError(f"cannot parse schema {ddl!r}: {e}") from None
+    cols = tree.this.expressions
+    if not cols or not all(isinstance(c, exp.ColumnDef) for c in cols):
+        raise DataflowError(f"schema {ddl!r} must be a list of 'name type' columns")
+    return pa.schema([pa.field(c.name, _arrow_type(c.args["kind"])) for c in cols])
+
+
+def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
+    """Accept DDL, a ``pyarrow.Schema`` or a mapping of column → Python/Arrow/DDL type."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str):
+        return parse_ddl(schema)
+    if isinstance(schema, Mapping):
+        fields = []
+        for name, t in schema.items():
+            if isinstance(t, pa.DataType):
+                fields.append(pa.field(name, t))
+            elif t in _PY:
+                fields.append(pa.field(name, _PY[t]))
+            elif isinstance(t, str):
+                fields.append(pa.field(name, parse_ddl(f"x {t}").field("x").type))
+            else:
+                raise DataflowError(f"column {name!r}: unsupported type {t!r}")
+        return pa.schema(fields)
+    raise DataflowError(f"a schema must be DDL, a pyarrow.Schema or a mapping, not {schema!r}")
+
+
+def to_ddl(schema: pa.Schema) -> str:
+    """A readable one-line rendering of a schema."""
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def first_misfit(records: Sequence[dict], schema: pa.Schema) -> tuple[int, dict, str] | None:
+    """Find the first record that does not fit ``schema``: (index, record, reason)."""
+    names = set(schema.names)
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            return i, rec, f"expected a dict with columns {sorted(names)}, got {type(rec).__name__}"
+        if rec.keys() != names:
+            missing, extra = sorted(names - rec.keys()), sorted(rec.keys() - names)
+            return i, rec, f"columns differ from the schema (missing {missing}, unexpected {extra})"
+        try:
+            pa.Table.from_pylist([rec], schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            return i, rec, str(e)
+    return None
+
+
+def to_table(records: Sequence[dict], schema: pa.Schema) -> pa.Table | tuple[int, dict, str]:
+    """Records as an Arrow table, or the first misfit ``(index, record, reason)``."""
+    names = set(schema.names)
+    for i, rec in enumerate(records):
+        # from_pylist silently drops unknown keys and nulls missing ones: check exactly.
+        if type(rec) is not dict or rec.keys() != names:
+            j, bad, why = first_misfit(records[i:], schema) or (0, rec, "bad record")
+            return i + j, bad, why
+    try:
+        return pa.Table.from_pylist(list(records), schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        bad = first_misfit(records, schema)
+        if bad is not None:
+            return bad
+        raise

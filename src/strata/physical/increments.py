@@ -1,0 +1,58 @@
+"""Increments: immutable Parquet files holding one flow's records of one epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from strata.physical.fs import resolve
+
+
+@dataclass(frozen=True)
+class Increment:
+    """An increment of a flow: its Parquet files, record count and size on disk."""
+
+    files: tuple[str, ...] = ()
+    records: int = 0
+    bytes: int = 0
+
+    def to_json(self) -> dict:
+        return {"files": list(self.files), "records": self.records, "bytes": self.bytes}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Increment:
+        return cls(tuple(d["files"]), d["records"], d["bytes"])
+
+    @classmethod
+    def combine(cls, parts: Sequence[Increment]) -> Increment:
+        return cls(
+            tuple(f for p in parts for f in p.files),
+            sum(p.records for p in parts),
+            sum(p.bytes for p in parts),
+        )
+
+
+def write_table(uri: str, table: pa.Table) -> int:
+    """Write one Parquet file (atomically: temp name, then move); return its size."""
+    fs, path = resolve(uri)
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    tmp = f"{parent}/.tmp-{path.rsplit('/', 1)[1]}"
+    pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+    fs.move(tmp, path)
+    return fs.get_file_info(path).size
+
+
+def iter_records(uri: str, batch_size: int = 65536) -> Iterator[dict]:
+    """Stream a Parquet file's records as dicts."""
+    fs, path = resolve(uri)
+    with fs.open_input_file(path) as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
+            yield from batch.to_pylist()
+
+
+def read_records(files: Sequence[str]) -> list[dict]:
+    return [r for f in files for r in iter_records(f)]

@@ -1,0 +1,367 @@
+"""What Spark tasks run for one stage epoch: the map side and the per-partition side.
+
+The map side reads input increments (and, in black-box mode, the whole state),
+applies ``route_by`` and tags each record with the partition that owns its key.
+Broadcast and multicast records are sent once to every partition, not once per key.
+
+The per-partition side (task ``p`` after the shuffle) groups its records by key with
+one list per input flow (flow separation: reading one flow never buffers another),
+fetches the state of partition ``p`` from its own files (direct mode; the state is
+never shuffled), calls ``translate`` per group and writes the output increments,
+the new state run and the records bound for other partitions ("pending") as new,
+uniquely named files. The driver commits them by switching the state manifest.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.model.dataflow import STATE, Stage
+from strata.model.emitter import Emitter, UnknownOutput
+from strata.model.errors import (
+    EpochError,
+    OutputError,
+    RouteError,
+    SchemaError,
+    TranslateError,
+)
+from strata.model.keys import encode_key, partition_of
+from strata.model.route_eval import (
+    BROADCAST,
+    KEYED,
+    MULTICAST,
+    BadRoute,
+    evaluate_route,
+    sort_by,
+    state_key,
+)
+from strata.model.schema import to_table
+from strata.physical import fs
+from strata.physical.increments import iter_records, write_table
+from strata.physical.store import PartitionStore, RunInfo
+
+# Tags of the items the map side sends to partitions.
+K, B, M, R, P, A, S, E = "K", "B", "M", "R", "P", "A", "S", "E"
+
+
+@dataclass
+class EpochTask:
+    """Everything a task needs to run its part of one stage epoch (shipped by pickle)."""
+
+    stage: Stage
+    epoch: int
+    mode: str  # "direct" | "blackbox"
+    num_partitions: int
+    state_root: str
+    flows_root: str
+    token: str
+    runs: dict[int, list[RunInfo]] = field(default_factory=dict)
+    max_runs: int = 8
+
+    # -- naming -----------------------------------------------------------------
+    def output_uri(self, flow: str, p: int) -> str:
+        return fs.join(
+            self.flows_root, flow, f"{self.stage.name}-e{self.epoch:08d}-{self.token}",
+            f"part-{p:05d}.parquet",
+        )
+
+    def output_dir(self, flow: str) -> str:
+        return fs.join(self.flows_root, flow, f"{self.stage.name}-e{self.epoch:08d}-{self.token}")
+
+    def _file(self, sub: str, p: int, ext: str) -> str:
+        return fs.join(self.state_root, sub, f"e{self.epoch:08d}-{self.token}-p{p:05d}.{ext}")
+
+    # -- map side ---------------------------------------------------------------
+    def map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
+        """Route the records of one input file (or state file) to partitions."""
+        n, kind = self.num_partitions, split[0]
+        if kind == "input":
+            _, fi, uri = split
+            inp = self.stage.inputs[fi]
+            route = inp.route
+            seq = hash(uri) % n
+            for rec in iter_records(uri):
+                if route is None:
+                    seq += 1
+                    yield seq % n, (R, fi, rec)
+                    continue
+                try:
+                    how, target = evaluate_route(route, rec)
+                except BadRoute as e:
+                    yield 0, (E, RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
+                                            flow=inp.flow_name, record=rec,
+                                            has_record=True).to_dict())
+                    return
+                if how == KEYED:
+                    for enc, key in target:
+                        yield partition_of(enc, n), (K, fi, enc, key, rec)
+                elif how == BROADCAST:
+                    item = (B, fi, target.flows, rec)
+                    for p in range(n):
+                        yield p, item
+                elif how == MULTICAST:
+                    item = (M, fi, target, rec)
+                    for p in range(n):
+                        yield p, item
+        elif kind == "pending":
+            for item in pickle.loads(fs.read_bytes(split[1])):
+                yield partition_of(item[1] if item[0] == P else item[2], n), item
+        elif kind == "blackbox":
+            route = self.stage.state.route
+            for rec in iter_records(split[1]):
+                enc, key = state_key(route, rec)
+                yield partition_of(enc, n), (S, enc, key, rec)
+        else:  # pragma: no cover - programming error
+            raise ValueError(f"unknown split {split!r}")
+
+    # -- per-partition side ---------------------------------------------------------
+    def run_partition(self, p: int, items: Iterable[Any]) -> list[dict]:
+        """Group, translate and write partition ``p``; return what was written (or the error)."""
+        try:
+            return [_PartitionRun(self, p).run(items)]
+        except EpochError as e:
+            return [{"partition": p, "error": e.to_dict()}]
+
+    def run_shuffled(self, p: int, pairs: Iterable[tuple[int, Any]]) -> list[dict]:
+        """Partition ``p`` after ``partitionBy``: its items arrive as ``(p, item)`` pairs."""
+        return self.run_partition(p, (item for _, item in pairs))
+
+    def run_unshuffled(self, p: int, splits: Iterable[tuple]) -> list[dict]:
+        """A record-wise stage: route and translate in the same task, no shuffle."""
+        return self.run_partition(p, (item for s in splits for _, item in self.map_split(s)))
+
+
+class _PartitionRun:
+    """One task's work on partition ``p`` of one epoch."""
+
+    def __init__(self, task: EpochTask, p: int) -> None:
+        self.t, self.p = task, p
+        self.stage = task.stage
+        self.flows = task.stage.input_names
+        self.out = Emitter(task.stage)
+        # (end index in the output buffer, key) per flow, to name the key of a bad record
+        self.bounds: dict[str, list[tuple[int, Any]]] = {f: [] for f in self.out.outputs}
+        self.state_written: list[tuple[dict, Any]] = []  # (record, calling key)
+        self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
+        self.remote: list[tuple] = []  # state records bound for other partitions
+        self.assoc: list[tuple] = []
+        self.store: PartitionStore | None = None
+
+    def _err(self, cls, detail: str, **kw) -> EpochError:
+        return cls(detail, stage=self.stage.name, epoch=self.t.epoch, **kw)
+
+    # -- collecting ---------------------------------------------------------------
+    def run(self, items: Iterable[Any]) -> dict:
+        nf = len(self.flows)
+        groups: dict[bytes, list] = {}
+        bcast: list[list] = [[] for _ in range(nf)]
+        mcast: dict[bytes, list] = {}
+        own: list[tuple[int, dict]] = []
+        pending: dict[bytes, list] = {}
+        assoc: dict[bytes, dict[bytes, Any]] = {}
+        bbstate: dict[bytes, list] = {}
+        for item in items:
+            tag = item[0]
+            if tag == K:
+                g = groups.get(item[2])
+                if g is None:
+                    g = groups[item[2]] = [item[3], [[] for _ in range(nf)]]
+                g[1][item[1]].append(item[4])
+            elif tag == B:
+                bcast[item[1]].append((item[3], item[2]))
+            elif tag == M:
+                mcast.setdefault(item[2], []).append((item[1], item[3]))
+            elif tag == R:
+                own.append((item[1], item[2]))
+            elif tag == P:
+                pending.setdefault(item[1], [item[2], []])[1].append(item[3])
+            elif tag == A:
+                assoc.setdefault(item[1], {})[item[2]] = item[3]
+            elif tag == S:
+                bbstate.setdefault(item[1], [item[2], []])[1].append(item[3])
+            elif tag == E:
+                raise EpochError.from_dict(item[1])
+        for addr, recs in mcast.items():
+            for enc, key in assoc.get(addr, {}).items():
+                g = groups.get(enc)
+                if g is None:
+                    g = groups[enc] = [key, [[] for _ in range(nf)]]
+                for fi, rec in recs:
+                    g[1][fi].append(rec)
+        return self._translate_all(groups, bcast, own, pending, bbstate)
+
+    # -- state access and translate -----------------------------------------------------
+    def _translate_all(self, groups, bcast, own, pending, bbstate) -> dict:
+        t, st = self.t, self.stage.state
+        grouping = st.grouping if st is not None else None
+        stored: dict[bytes, tuple[Any, list]] = {}
+        if st is not None and t.mode == "direct":
+            self.store = PartitionStore(t.state_root, self.p, t.runs.get(self.p, []))
+            if grouping == "outer":
+                stored = {enc: (key, recs) for enc, key, recs in self.store.scan()}
+            else:
+                stored = self.store.lookup(set(groups) | set(pending))
+        elif st is not None:
+            stored = {enc: (kv[0], kv[1]) for enc, kv in bbstate.items()}
+        state_of = dict(stored)
+        for enc, (key, recs) in pending.items():
+            old = state_of.get(enc)
+            state_of[enc] = (key, (old[1] + recs) if old else recs)
+
+        called = list(groups)
+        if grouping == "outer":
+            called += [enc for enc in state_of if enc not in groups]
+        empty: list = [[] for _ in self.flows]
+        for enc in called:
+            g = groups.get(enc)
+            s = state_of.get(enc)
+            key = g[0] if g is not None else s[0]
+            per_flow = g[1] if g is not None else empty
+            self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
+        for fi, rec in own:
+            per_flow = [[] for _ in self.flows]
+            per_flow[fi] = [rec]
+            self._call(None, None, [], per_flow, bcast=None, state_of=None, groups=None)
+        return self._finish(set(called), stored, state_of, pending)
+
+    def _call(self, enc, key, state_recs, per_flow, bcast, state_of, groups) -> None:
+        stage, out = self.stage, self.out
+        args: list[Iterator] = []
+        try:
+            if stage.state is not None:
+                flow = STATE
+                args.append(iter(sort_by(stage.state.order, state_recs)))
+            for fi, inp in enumerate(stage.inputs):
+                flow = inp.flow_name
+                recs = per_flow[fi]
+                if bcast is not None and bcast[fi]:  # one shared copy per partition
+                    recs = recs + [
+                        r for r, only in bcast[fi]
+                        if only is None or _present(only, enc, groups, state_of, self.flows)
+                    ]
+                args.append(iter(sort_by(inp.order, recs)))
+        except BadRoute as e:
+            raise self._err(RouteError, str(e), flow=flow, key=key, has_key=True) from None
+        try:
+            result = stage.translate(key, *args, out=out)
+        except UnknownOutput as e:
+            raise self._err(OutputError, str(e), flow=e.flow, key=key, has_key=True) from None
+        except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
+            first = next((r for recs in per_flow for r in recs), None)
+            raise self._err(TranslateError, f"{type(e).__name__}: {e}", key=key, has_key=True,
+                            record=first, has_record=first is not None,
+                            cause=traceback.format_exc()) from None
+        if result is not None:
+            raise self._err(OutputError, "translate returned a value; write records with "
+                            "out.write(flow, record) (a generator translate never runs its body)",
+                            key=key, has_key=True)
+        for name, buf in out.outputs.items():
+            b = self.bounds[name]
+            if len(buf) != (b[-1][0] if b else 0):
+                b.append((len(buf), key))
+        writes, assoc = out.take_state_and_associations()
+        for rec in writes:
+            self.state_written.append((rec, key))
+            try:
+                senc, skey = state_key(stage.state.route, rec)
+            except BadRoute as e:
+                raise self._err(RouteError, str(e), flow=STATE, key=key, record=rec,
+                                has_key=True, has_record=True) from None
+            if self.t.mode == "blackbox" or partition_of(senc, self.t.num_partitions) == self.p:
+                self.local.setdefault(senc, [skey, []])[1].append(rec)
+            else:
+                self.remote.append((P, senc, skey, rec))
+        for akey, address in assoc:
+            self.assoc.append((A, encode_key(address), encode_key(akey), akey))
+
+    # -- writing ---------------------------------------------------------------------
+    def _finish(self, called: set, stored: dict, state_of: dict, pending: dict) -> dict:
+        t, p, st = self.t, self.p, self.stage.state
+        result: dict[str, Any] = {"partition": p, "outputs": {}, "keys_called": len(called)}
+        for name, buf in self.out.outputs.items():
+            if buf:
+                table = self._table(name, buf, self.stage[name].schema)
+                uri = t.output_uri(name, p)
+                result["outputs"][name] = (uri, len(buf), write_table(uri, table))
+        if st is not None:
+            self._check_state_schema(st.arrow_schema)
+            if t.mode == "blackbox":
+                if st.grouping == "inner":  # carry the unread state forward
+                    for enc, (key, recs) in stored.items():
+                        if enc not in called:
+                            mine = self.local.get(enc)
+                            self.local[enc] = [key, list(recs) + (mine[1] if mine else [])]
+                recs = [r for _, rs in self.local.values() for r in rs]
+                if recs:
+                    uri = t._file("blackbox", p, "parquet")
+                    write_table(uri, to_table(recs, st.arrow_schema))
+                    result["blackbox"] = uri
+            else:
+                result["runs"] = [r.to_json() for r in self._write_direct(called, stored, pending)]
+                result["state_bytes_read"] = self.store.bytes_read
+        if self.remote or self.assoc:
+            uri = t._file("pending", p, "pkl")
+            fs.write_bytes_atomic(uri, pickle.dumps(self.remote + self.assoc, protocol=5))
+            result["pending"] = uri
+        return result
+
+    def _write_direct(self, called: set, stored: dict, pending: dict) -> list[RunInfo]:
+        t, store = self.t, self.store
+        run_id = f"e{t.epoch:08d}-{t.token}"
+        if self.stage.state.grouping == "outer":
+            entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
+            return [store.write_run(run_id, entries)] if entries else []
+        entries = []
+        for enc in called:  # translate saw these keys: their state is what it wrote
+            if enc in self.local:
+                entries.append((enc, *self.local[enc]))
+            elif enc in stored:
+                entries.append((enc, stored[enc][0], []))  # tombstone
+        carry = (set(self.local) | set(pending)) - called
+        if carry:  # not called: old state + pending + what others wrote to it
+            old = store.lookup(carry - set(stored))
+            old.update({e: stored[e] for e in carry if e in stored})
+            for enc in carry:
+                key = (self.local.get(enc) or pending.get(enc) or old.get(enc))[0]
+                recs = (old[enc][1] if enc in old else []) + (
+                    pending[enc][1] if enc in pending else []) + (
+                    self.local[enc][1] if enc in self.local else [])
+                entries.append((enc, key, recs))
+        runs = list(t.runs.get(self.p, []))
+        if entries:
+            runs.append(store.write_run(run_id, entries))
+        return store.maybe_compact(run_id + "-c", runs, max_runs=t.max_runs)
+
+    def _table(self, flow: str, records: list, schema):
+        res = to_table(records, schema)
+        if isinstance(res, tuple):
+            i, rec, why = res
+            key = next((k for end, k in self.bounds.get(flow, []) if i < end), None)
+            raise self._err(SchemaError, why, flow=flow, key=key, has_key=True, record=rec,
+                            has_record=True)
+        return res
+
+    def _check_state_schema(self, schema) -> None:
+        if not self.state_written:
+            return
+        res = to_table([r for r, _ in self.state_written], schema)
+        if isinstance(res, tuple):
+            i, rec, why = res
+            raise self._err(SchemaError, why, flow=STATE, key=self.state_written[i][1],
+                            has_key=True, record=rec, has_record=True)
+
+
+def _present(only, enc, groups, state_of, flows) -> bool:
+    """Does group ``enc`` have records in one of the flows a broadcast is limited to?"""
+    g = groups.get(enc) if groups is not None else None
+    for f in only:
+        if f == STATE:
+            if state_of and enc in state_of:
+                return True
+        elif g is not None and f in flows and g[1][flows.index(f)]:
+            return True
+    return False

@@ -1,0 +1,204 @@
+"""The reference executor: one stage epoch, written for clarity rather than speed.
+
+It follows DESIGN.md section 1 literally: route every input record, form the groups
+of the epoch, call translate once per group with one iterator per flow (state
+first), route state writes to their own keys, carry unread state forward under
+inner grouping, and remember associations for the next epoch's multicasts.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.model.dataflow import STATE, Stage
+from strata.model.emitter import Emitter, UnknownOutput
+from strata.model.errors import OutputError, RouteError, SchemaError, TranslateError
+from strata.model.keys import encode_key
+from strata.model.route_eval import (
+    BROADCAST,
+    DROP,
+    KEYED,
+    MULTICAST,
+    BadRoute,
+    evaluate_route,
+    sort_by,
+    state_key,
+)
+from strata.model.schema import to_table
+
+
+@dataclass
+class RefState:
+    """A stage's committed state: key → records, and last epoch's associations."""
+
+    entries: dict[bytes, tuple[Any, list[dict]]] = field(default_factory=dict)
+    associations: dict[bytes, dict[bytes, Any]] = field(default_factory=dict)
+
+    def records(self) -> list[dict]:
+        return [r for _, recs in self.entries.values() for r in recs]
+
+
+def run_stage_epoch(
+    stage: Stage, inputs: dict[str, list[dict]], state: RefState, epoch: int
+) -> tuple[dict[str, list[dict]], RefState]:
+    """Run one epoch of ``stage``; return its output increments and its new state."""
+    flows = stage.input_names
+    keyed: dict[bytes, dict[str, list[dict]]] = defaultdict(lambda: {f: [] for f in flows})
+    key_of: dict[bytes, Any] = {}
+    broadcasts: dict[str, list[tuple[dict, Any]]] = {f: [] for f in flows}
+    own_groups: list[tuple[str, dict]] = []  # records routed to a group of their own
+
+    for inp in stage.inputs:
+        f, route = inp.flow_name, inp.route
+        for rec in inputs.get(f, []):
+            if route is None:
+                own_groups.append((f, rec))
+                continue
+            try:
+                kind, target = evaluate_route(route, rec)
+            except BadRoute as e:
+                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=f, record=rec,
+                                 has_record=True) from None
+            if kind == KEYED:
+                for enc, key in target:
+                    key_of[enc] = key
+                    keyed[enc][f].append(rec)
+            elif kind == BROADCAST:
+                broadcasts[f].append((rec, target))
+            elif kind == MULTICAST:
+                for enc, key in state.associations.get(target, {}).items():
+                    key_of[enc] = key
+                    keyed[enc][f].append(rec)
+            else:
+                assert kind == DROP
+
+    grouping = stage.state.grouping if stage.state else None
+    called = set(keyed)
+    if grouping == "outer":
+        called |= set(state.entries)
+        for enc in state.entries:
+            key_of.setdefault(enc, state.entries[enc][0])
+
+    out = Emitter(stage)
+    new_entries: dict[bytes, tuple[Any, list[dict]]] = {}
+    new_assoc: dict[bytes, dict[bytes, Any]] = defaultdict(dict)
+
+    def call(key: Any, state_recs: list[dict], per_flow: dict[str, list[dict]]) -> None:
+        args: list[Any] = []
+        if stage.state is not None:
+            try:
+                args.append(iter(sort_by(stage.state.order, state_recs)))
+            except BadRoute as e:
+                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=STATE, key=key,
+                                 has_key=True) from None
+        for inp in stage.inputs:
+            try:
+                args.append(iter(sort_by(inp.order, per_flow[inp.flow_name])))
+            except BadRoute as e:
+                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=inp.flow_name,
+                                 key=key, has_key=True) from None
+        before = {n: len(b) for n, b in out.outputs.items()}
+        try:
+            result = stage.translate(key, *args, out=out)
+        except UnknownOutput as e:
+            raise OutputError(str(e), stage=stage.name, epoch=epoch, flow=e.flow, key=key,
+                              has_key=True) from None
+        except Exception as e:  # noqa: BLE001
+            raise TranslateError(f"{type(e).__name__}: {e}", stage=stage.name, epoch=epoch,
+                                 key=key, has_key=True, cause=traceback.format_exc()) from e
+        if result is not None:
+            raise OutputError(
+                "translate returned a value; write records with out.write(flow, record) "
+                "(a generator translate never runs its body)",
+                stage=stage.name, epoch=epoch, key=key, has_key=True)
+        for name, buf in out.outputs.items():
+            _check_schema(stage, epoch, name, buf[before[name]:], key)
+        writes, assoc = out.take_state_and_associations()
+        if writes:
+            _check_schema(stage, epoch, STATE, writes, key)
+        for rec in writes:
+            try:
+                enc, skey = state_key(stage.state.route, rec)
+            except BadRoute as e:
+                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=STATE, key=key,
+                                 record=rec, has_key=True, has_record=True) from None
+            new_entries.setdefault(enc, (skey, []))[1].append(rec)
+        for akey, address in assoc:
+            new_assoc[encode_key(address)][encode_key(akey)] = akey
+
+    for enc in sorted(called):
+        per_flow = keyed[enc] if enc in keyed else {f: [] for f in flows}
+        state_recs = state.entries[enc][1] if enc in state.entries else []
+        per_flow = {f: list(per_flow[f]) for f in flows}
+        for f in flows:
+            for rec, target in broadcasts[f]:
+                if _receives(target, enc, keyed, state):
+                    per_flow[f].append(rec)
+        call(key_of[enc], state_recs, per_flow)
+
+    for f, rec in own_groups:
+        per_flow = {g: [] for g in flows}
+        per_flow[f] = [rec]
+        call(None, [], per_flow)
+
+    if grouping == "inner":  # carry unread state forward, plus what was written to it
+        for enc, (key, recs) in state.entries.items():
+            if enc not in called:
+                written = new_entries.get(enc, (key, []))[1]
+                new_entries[enc] = (key, list(recs) + written)
+    new_state = RefState(
+        entries={e: kv for e, kv in new_entries.items() if kv[1]},
+        associations={a: dict(ks) for a, ks in new_assoc.items()},
+    )
+    return {n: list(b) for n, b in out.outputs.items()}, new_state
+
+
+def _receives(target, enc: bytes, keyed, state: RefState) -> bool:
+    """Does group ``enc`` receive a broadcast restricted to ``target.flows``?"""
+    if target.flows is None:
+        return True
+    for f in target.flows:
+        if f == STATE:
+            if enc in state.entries:
+                return True
+        elif enc in keyed and keyed[enc].get(f):
+            return True
+    return False
+
+
+def _check_schema(stage: Stage, epoch: int, flow: str, records: list[dict], key: Any) -> None:
+    if not records:
+        return
+    schema = stage.state.arrow_schema if flow == STATE else _flow_schema(stage, flow)
+    result = to_table(records, schema)
+    if isinstance(result, tuple):
+        _, rec, why = result
+        raise SchemaError(why, stage=stage.name, epoch=epoch, flow=flow, key=key, record=rec,
+                          has_key=True, has_record=True)
+
+
+def _flow_schema(stage: Stage, flow: str):
+    return stage[flow].schema
+
+
+class ReferenceExecutor:
+    """Runs stage epochs one after another, keeping each stage's state in memory."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, RefState] = {}
+        self.epochs: dict[str, int] = {}
+
+    def run(self, stage: Stage, inputs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+        epoch = self.epochs.get(stage.name, 0) + 1
+        outputs, new_state = run_stage_epoch(
+            stage, inputs, self.states.get(stage.name, RefState()), epoch
+        )
+        self.states[stage.name] = new_state
+        self.epochs[stage.name] = epoch
+        return outputs
+
+    def state_records(self, stage: Stage) -> list[dict]:
+        return self.states.get(stage.name, RefState()).records()

@@ -1,0 +1,157 @@
+"""Tests of strata.physical.metrics against a real local Spark (no mocks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from operator import add
+
+import pytest
+
+from strata.physical.metrics import JobMetrics, SparkMetrics, current_job_group
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from strata.physical.session import get_spark
+
+    return get_spark("local[2]")
+
+
+@pytest.fixture(scope="module")
+def metrics(spark) -> SparkMetrics:
+    return SparkMetrics(spark)
+
+
+def _shuffle_job(sc, n: int) -> None:
+    sc.parallelize(range(n), 4).map(lambda x: (x % 97, x)).reduceByKey(add).collect()
+
+
+def test_shuffle_job_reports_shuffle_bytes(spark, metrics):
+    sc = spark.sparkContext
+    with metrics.measure("shuffle") as m:
+        _shuffle_job(sc, 100_000)
+    print("shuffle job:", m.to_json())
+    assert m.jobs >= 1
+    assert m.stages == 2  # map side + reduce side
+    assert m.tasks == 8  # 4 map tasks + 4 reduce tasks
+    assert m.shuffle_write_bytes > 0
+    assert m.shuffle_write_records > 0
+    # Local mode: every block written is read back locally, byte for byte.
+    assert m.shuffle_read_bytes == m.shuffle_write_bytes
+    assert m.executor_run_time_ms > 0
+
+
+def test_narrow_job_has_no_shuffle(spark, metrics):
+    sc = spark.sparkContext
+    with metrics.measure("narrow") as m:
+        sc.parallelize(range(1000), 2).map(lambda x: x * 2).collect()
+    print("narrow job:", m.to_json())
+    assert m.jobs == 1
+    assert m.stages == 1
+    assert m.tasks == 2
+    assert m.shuffle_write_bytes == 0
+    assert m.shuffle_read_bytes == 0
+
+
+def test_shuffle_bytes_scale_with_data(spark, metrics):
+    sc = spark.sparkContext
+
+    # Summing ints combines map-side down to one record per key and partition, whatever the
+    # input size; concatenating lists keeps every value, so the shuffled data grows with n.
+    def run(n: int) -> JobMetrics:
+        with metrics.measure(f"n{n}") as m:
+            sc.parallelize(range(n), 4).map(lambda x: (x % 97, [x])).reduceByKey(add).count()
+        return m
+
+    single, double = run(100_000), run(200_000)
+    print("single:", single.to_json(), "double:", double.to_json())
+    ratio = double.shuffle_write_bytes / single.shuffle_write_bytes
+    print("ratio double/single shuffle_write_bytes:", ratio)
+    assert 1.5 <= ratio <= 2.5
+
+
+def test_jobs_outside_block_not_counted(spark, metrics):
+    sc = spark.sparkContext
+    _shuffle_job(sc, 100_000)  # before the block: must not be counted
+    with metrics.measure("inside") as m:
+        sc.parallelize(range(1000), 2).map(lambda x: x + 1).collect()
+    print("inside after outside shuffle:", m.to_json())
+    assert m.jobs == 1
+    assert m.shuffle_write_bytes == 0
+    assert m.shuffle_read_bytes == 0
+
+
+def test_skipped_stages_not_counted(spark, metrics):
+    sc = spark.sparkContext
+    rdd = sc.parallelize(range(100_000), 4).map(lambda x: (x % 97, x)).reduceByKey(add)
+    with metrics.measure("first") as first:
+        rdd.collect()
+    with metrics.measure("reuse") as reuse:
+        rdd.count()  # reuses the shuffle output: its map stage is skipped
+    print("first:", first.to_json(), "reuse:", reuse.to_json())
+    assert first.shuffle_write_bytes > 0
+    assert reuse.jobs == 1
+    assert reuse.stages == 1
+    assert reuse.tasks == 4
+    assert reuse.shuffle_write_bytes == 0
+    assert reuse.shuffle_read_bytes == first.shuffle_read_bytes
+
+
+def test_dataframe_jobs_are_measured(spark, metrics):
+    from pyspark.sql import functions as F
+
+    df = spark.range(50_000).withColumn("k", F.col("id") % 10)
+    with metrics.measure("sql") as m:
+        df.groupBy("k").count().collect()
+    print("dataframe groupBy:", m.to_json())
+    assert m.jobs >= 1
+    assert m.shuffle_write_bytes > 0
+    assert m.shuffle_read_bytes == m.shuffle_write_bytes
+
+
+def test_job_group_is_restored(spark, metrics):
+    sc = spark.sparkContext
+    sc.setJobGroup("outer-group", "outer")
+    try:
+        with metrics.measure("inner"):
+            assert current_job_group(sc).startswith("inner-")
+        assert current_job_group(sc) == "outer-group"
+        assert sc.getLocalProperty("spark.job.description") == "outer"
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    with metrics.measure("again"):
+        pass
+    assert current_job_group(sc) is None
+
+
+def test_block_exception_restores_group(spark, metrics):
+    sc = spark.sparkContext
+    with pytest.raises(ValueError), metrics.measure("boom"):
+        raise ValueError("boom")
+    assert current_job_group(sc) is None
+
+
+def test_empty_block_and_add():
+    a = JobMetrics(jobs=1, tasks=2, shuffle_write_bytes=10)
+    b = JobMetrics(jobs=2, tasks=3, shuffle_read_bytes=5)
+    total = a + b
+    assert total == JobMetrics(jobs=3, tasks=5, shuffle_write_bytes=10, shuffle_read_bytes=5)
+    assert total.to_json()["tasks"] == 5
+
+
+def test_empty_block_measures_nothing(spark, metrics):
+    with metrics.measure("empty") as m:
+        pass
+    assert m == JobMetrics()
+
+
+def test_ui_disabled_is_a_clear_error():
+    class NoUi:
+        uiWebUrl = None
+        applicationId = "local-0"
+
+    with pytest.raises(RuntimeError, match="spark.ui.enabled"):
+        SparkMetrics(NoUi())
