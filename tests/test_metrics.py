@@ -1,22 +1,15 @@
-"""Tests of strata.physical.metrics against a real local Spark (no mocks)."""
+"""Tests of strata.physical.metrics against a real local Spark (no mocks).
+
+The session-scoped ``spark`` fixture (local[2]) comes from tests/conftest.py.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
 from operator import add
 
 import pytest
 
 from strata.physical.metrics import JobMetrics, SparkMetrics, current_job_group
-
-
-@pytest.fixture(scope="session")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from strata.physical.session import get_spark
-
-    return get_spark("local[2]")
 
 
 @pytest.fixture(scope="module")

@@ -26,19 +26,23 @@ both properties, and Spark's own shuffle metrics show that only the increment mo
 
 from __future__ import annotations
 
+import pickle
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
 
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
-from strata.physical.increments import Increment
+from strata.physical.increments import Increment, read_records
 from strata.physical.session import get_spark
 from strata.physical.state import StateDir, StateSnapshot
-from strata.physical.store import RunInfo
+from strata.physical.store import RunInfo, read_all
 from strata.physical.tasks import EpochTask
 
 MODES = ("direct", "blackbox")
@@ -92,6 +96,29 @@ class SparkStageRunner:
         """The stage's last committed epoch (epoch 0 if it never ran)."""
         return self.state_dir(stage).current()
 
+    def state_records(self, stage: Stage) -> list[dict]:
+        """The stage's committed state records (including those bound for another partition)."""
+        snap = self.committed(stage)
+        if snap.mode == "blackbox":
+            recs = read_records(snap.blackbox)
+        else:
+            recs = [r for _, _, rs in read_all(self.state_dir(stage).root, snap.runs) for r in rs]
+        for f in snap.pending:
+            recs += [item[3] for item in pickle.loads(fs.read_bytes(f)) if item[0] == "P"]
+        return recs
+
+    def state_table(self, stage: Stage) -> pa.Table:
+        """The committed state as an Arrow table (``.to_pandas()`` for pandas)."""
+        return pa.Table.from_pylist(self.state_records(stage), schema=stage.state.arrow_schema)
+
+    def state_dataframe(self, stage: Stage) -> DataFrame:
+        """The committed state as a Spark DataFrame."""
+        return self.spark.createDataFrame(self.state_table(stage).to_pandas())
+
+    def flow_dataframe(self, increments: Sequence[Increment]) -> DataFrame:
+        """Output increments of a flow as one Spark DataFrame."""
+        return self.spark.read.parquet(*[f for inc in increments for f in inc.files])
+
     def run_epoch(
         self,
         stage: Stage,
@@ -122,6 +149,7 @@ class SparkStageRunner:
                 f"mode (or start from an empty home to switch to {self.mode!r})"
             )
         n = cur.num_partitions or self.num_partitions
+        ship_user_code(stage)
         task = EpochTask(
             stage=stage, epoch=epoch, mode=self.mode, num_partitions=n, state_root=sd.root,
             flows_root=self.flows_root, token=uuid.uuid4().hex[:10], runs=cur.runs,
@@ -203,6 +231,31 @@ class SparkStageRunner:
             fs.delete_quietly(task.output_dir(flow))
         if task.stage.state is not None:
             self.state_dir(task.stage).gc(self.state_dir(task.stage).current())
+
+
+def ship_user_code(stage: Stage) -> None:
+    """Pickle the stage's user functions by value when workers cannot import their module.
+
+    A pipeline file or a test module is importable in the driver only; its functions
+    would otherwise be pickled as references that the Python workers cannot resolve.
+    """
+    fns = [stage.translate, *(i.route for i in stage.inputs), *(i.order for i in stage.inputs)]
+    if stage.state is not None:
+        fns += [stage.state.route, stage.state.order]
+    for fn in fns:
+        name = getattr(fn, "__module__", None)
+        module = sys.modules.get(name or "")
+        if module is None or name in _BY_VALUE or name.split(".")[0] in _IMPORTABLE:
+            continue
+        origin = getattr(module, "__file__", None) or ""
+        if "site-packages" in origin or "dist-packages" in origin:
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        _BY_VALUE.add(name)
+
+
+_IMPORTABLE = {"strata", "builtins", "operator", "functools"}
+_BY_VALUE: set[str] = set()
 
 
 def _spark_cause(e: Exception) -> str:

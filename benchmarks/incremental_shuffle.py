@@ -1,0 +1,403 @@
+"""Benchmark: does per-epoch work stay proportional to the increment (DESIGN.md §3)?
+
+Runs the URL-count stage (``strata.apps.urlcount``) with its state pre-loaded to S records,
+then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``) and
+both state groupings (``outer``, ``inner``), for several values of S. Per epoch it records
+the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
+the driver's REST API through :class:`strata.physical.metrics.SparkMetrics`), the state
+bytes read / on disk reported by the runner, and the exact number of state records.
+
+    python benchmarks/incremental_shuffle.py [--quick] --json PATH [--plot PATH.png]
+                                             [--master URL]
+
+The JSON goes to ``PATH`` and to stdout; a short human summary (and progress) goes to
+stderr. The target ratios (DESIGN.md §3) are computed between the smallest and the largest
+S (the largest must be at least 4x the smallest):
+
+* direct shuffle bytes at 4xS / at S            <= 1.1 (only the increment is shuffled)
+* black-box shuffle bytes at 4xS / at S         grows (the whole state is shuffled)
+* inner direct state_bytes_read / state_bytes_total, run with I <= 1% of S  <= 5%
+* direct per-epoch seconds at 4xS / at S        <= 1.25 (mean of epochs 2..E)
+
+Outer grouping calls ``translate`` for every stored key each epoch, so its per-epoch time
+and state bytes read necessarily grow with S; the time target is met (or not) by the inner
+grouping, and is reported for outer only for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+MODES = ("direct", "blackbox")
+GROUPINGS = ("outer", "inner")
+URL_SCHEMA = pa.schema([("url", pa.string())])
+
+# Full and --quick sizes. I = 1% of the largest S, so the inner run at the largest S
+# touches at most 1% of the keys.
+FULL = {"states": (250_000, 1_000_000), "increment": 10_000, "epochs": 5}
+QUICK = {"states": (20_000, 80_000), "increment": 800, "epochs": 3}
+
+TARGET_DIRECT_SHUFFLE = 1.1
+TARGET_STATE_READ = 0.05
+TARGET_DIRECT_TIME = 1.25
+
+
+def url(n: int) -> str:
+    """A realistic URL for id ``n`` (500 sites, one page per id)."""
+    return f"https://site{n % 500}.example.com/page/{n}"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- input data ------------------------------------------------------------------------------
+@dataclass
+class Workload:
+    """The input increments of one value of S, shared by every mode and grouping."""
+
+    initial: Any  # Increment with S distinct URLs (the pre-load epoch)
+    epochs: list[Any]  # Increment per epoch
+    state_records: list[int]  # exact number of distinct URLs after each epoch
+    distinct_in: list[int]  # distinct URLs per increment (= records the epoch outputs)
+
+
+def _write_urls(uri: str, ids: np.ndarray) -> tuple[str, int, int]:
+    from strata.physical.increments import write_table
+
+    table = pa.table({"url": pa.array([url(int(n)) for n in ids], pa.string())}, URL_SCHEMA)
+    return uri, len(ids), write_table(uri, table)
+
+
+def _increment(root: Path, name: str, ids: np.ndarray, files: int):
+    from strata.physical.increments import Increment
+
+    parts = [
+        _write_urls(str(root / f"{name}-part{i}.parquet"), chunk)
+        for i, chunk in enumerate(np.array_split(ids, files))
+        if len(chunk)
+    ]
+    return Increment(
+        tuple(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+    )
+
+
+def make_workload(
+    root: Path, s: int, inc: int, epochs: int, existing: float, seed: int, preload_files: int,
+    increment_files: int,
+) -> Workload:
+    """Pre-load ids 0..S-1; each epoch draws ``existing`` of I from the ids seen so far
+    (uniformly, with replacement) and the rest as new ids, shuffled, with a fixed seed."""
+    rng = np.random.default_rng([seed, s, inc])
+    initial = _increment(root, "initial", rng.permutation(s), preload_files)
+    next_id, incs, counts, distinct = s, [], [], []
+    n_old = round(inc * existing)
+    for e in range(1, epochs + 1):
+        old = rng.integers(0, next_id, size=n_old)
+        new = np.arange(next_id, next_id + inc - n_old)
+        ids = rng.permutation(np.concatenate([old, new]))
+        next_id += len(new)
+        incs.append(_increment(root, f"epoch{e:03d}", ids, increment_files))
+        counts.append(next_id)
+        distinct.append(len(np.unique(ids)))
+    return Workload(initial, incs, counts, distinct)
+
+
+# -- one run ---------------------------------------------------------------------------------
+def count_state(runner, stage) -> tuple[int, int]:
+    """(records, sum of counts) in the committed state, read back from its files."""
+    from strata.physical.store import read_all
+
+    snap = runner.committed(stage)
+    if snap.mode == "direct":
+        recs = [r for _, _, rs in read_all(runner.state_dir(stage).root, snap.runs) for r in rs]
+        if snap.pending:
+            raise RuntimeError("unexpected pending state records in URL count")
+        return len(recs), sum(r["count"] for r in recs)
+    tables = [pq.read_table(f, columns=["count"]) for f in snap.blackbox]
+    return sum(t.num_rows for t in tables), sum(pc.sum(t["count"]).as_py() or 0 for t in tables)
+
+
+def run_one(
+    spark, metrics, home: Path, mode: str, grouping: str, s: int, work: Workload,
+    partitions: int, verify: bool,
+) -> dict:
+    from strata.apps.urlcount import urlcount_dataflow
+    from strata.physical.runner import SparkStageRunner
+
+    stage = urlcount_dataflow(grouping).stages["count"]
+    runner = SparkStageRunner(str(home), spark, mode=mode, num_partitions=partitions)
+    tag = f"{mode}/{grouping} S={s:,}"
+    t0 = time.perf_counter()
+    runner.run_epoch(stage, {"urls": work.initial})  # pre-load: not timed, not reported
+    preload = time.perf_counter() - t0
+    log(f"[{tag}] pre-loaded {s:,} URLs in {preload:.1f} s")
+    epochs = []
+    for e, inc in enumerate(work.epochs):
+        with metrics.measure(f"bench-{mode}-{grouping}-{s}-e{e + 1}") as m:
+            t0 = time.perf_counter()
+            res = runner.run_epoch(stage, {"urls": inc})
+            seconds = time.perf_counter() - t0
+        if res.outputs["counts"].records != work.distinct_in[e]:
+            raise RuntimeError(
+                f"[{tag}] epoch {e + 1} wrote {res.outputs['counts'].records} counts, "
+                f"expected {work.distinct_in[e]}"
+            )
+        rm = res.metrics
+        ep = {
+            "seconds": round(seconds, 4),
+            "shuffle_bytes": m.shuffle_write_bytes,
+            "state_bytes_read": rm["state_bytes_read"],
+            "state_bytes_total": rm["state_bytes_total"],
+            "state_records": work.state_records[e],
+            "keys_called": rm["keys_called"],
+            "shuffle_read_bytes": m.shuffle_read_bytes,
+            "shuffle_write_records": m.shuffle_write_records,
+            "spark_jobs": m.jobs,
+            "spark_tasks": m.tasks,
+            "output_records": res.outputs["counts"].records,
+        }
+        epochs.append(ep)
+        log(
+            f"[{tag}] epoch {e + 1}: {seconds:.2f} s, shuffle {m.shuffle_write_bytes:,} B, "
+            f"state read {rm['state_bytes_read']:,} of {rm['state_bytes_total']:,} B, "
+            f"{rm['keys_called']:,} keys called"
+        )
+    run = {
+        "mode": mode, "state_grouping": grouping, "initial_state_records": s,
+        "increment_records": work.epochs[0].records, "preload_seconds": round(preload, 3),
+        "epochs": epochs,
+    }
+    if verify:  # the state really holds state_records URLs and all sightings
+        n, total = count_state(runner, stage)
+        want = (work.state_records[-1], s + sum(i.records for i in work.epochs))
+        if (n, total) != want:
+            raise RuntimeError(f"[{tag}] state has {n} records / {total} sightings; want {want}")
+        run["state_verified"] = True
+    return run
+
+
+# -- summary ---------------------------------------------------------------------------------
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def _steady(run: dict) -> list[dict]:
+    """Epochs 2..E (epoch 1 after the pre-load is warm-up), or all if there is only one."""
+    return run["epochs"][1:] or run["epochs"]
+
+
+def _read_fraction(run: dict) -> float:
+    return _mean([e["state_bytes_read"] / e["state_bytes_total"] for e in run["epochs"]
+                  if e["state_bytes_total"]])
+
+
+def summarize(runs: list[dict]) -> dict:
+    by = {(r["mode"], r["state_grouping"], r["initial_state_records"]): r for r in runs}
+    sizes = sorted({r["initial_state_records"] for r in runs})
+    lo, hi = sizes[0], sizes[-1]
+    out: dict[str, Any] = {"S_small": lo, "S_large": hi, "S_factor": hi / lo, "ratios": {}}
+    ratios = out["ratios"]
+
+    def ratio(mode, grouping, value) -> float:
+        return value(by[(mode, grouping, hi)]) / value(by[(mode, grouping, lo)])
+
+    def shuffle(r):
+        return _mean([e["shuffle_bytes"] for e in r["epochs"]])
+
+    def seconds(r):
+        return _mean([e["seconds"] for e in _steady(r)])
+
+    for g in GROUPINGS:
+        v = ratio("direct", g, shuffle)
+        ratios[f"direct_shuffle_bytes_{g}"] = {
+            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
+            "met": v <= TARGET_DIRECT_SHUFFLE,
+            "what": "mean shuffle bytes per epoch, direct mode, S_large / S_small",
+        }
+    for g in GROUPINGS:
+        v = ratio("blackbox", g, shuffle)
+        ratios[f"blackbox_shuffle_bytes_{g}"] = {
+            "value": round(v, 4), "target": "grows (> 1)", "met": v > 1.5,
+            "what": "mean shuffle bytes per epoch, black-box mode, S_large / S_small",
+        }
+    small_inc = [r for r in runs if r["mode"] == "direct" and r["state_grouping"] == "inner"
+                 and r["increment_records"] <= 0.01 * r["initial_state_records"]]
+    if small_inc:
+        r = max(small_inc, key=lambda r: r["initial_state_records"])
+        v = _read_fraction(r)
+        ratios["inner_direct_state_read_fraction"] = {
+            "value": round(v, 5), "target": f"<= {TARGET_STATE_READ}",
+            "met": v <= TARGET_STATE_READ, "S": r["initial_state_records"],
+            "I": r["increment_records"],
+            "max_epoch": round(max(e["state_bytes_read"] / e["state_bytes_total"]
+                                   for e in r["epochs"]), 5),
+            "what": "mean of state_bytes_read / state_bytes_total per epoch, direct inner, "
+                    "the run with I <= 1% of S",
+        }
+    for g in GROUPINGS:
+        v = ratio("direct", g, seconds)
+        ratios[f"direct_epoch_seconds_{g}"] = {
+            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_TIME}",
+            "met": v <= TARGET_DIRECT_TIME,
+            "what": "mean seconds of epochs 2..E, direct mode, S_large / S_small"
+                    + (" (outer calls every stored key: expected to grow)" if g == "outer"
+                       else ""),
+        }
+    return out
+
+
+def human_summary(result: dict, wall: float) -> str:
+    lines = ["", "run                              s/epoch  shuffle B/epoch  state read"]
+    for r in result["runs"]:
+        name = f"{r['mode']:8s} {r['state_grouping']:5s} S={r['initial_state_records']:>9,}"
+        lines.append(
+            f"{name:32s} {_mean([e['seconds'] for e in r['epochs']]):7.2f}  "
+            f"{_mean([e['shuffle_bytes'] for e in r['epochs']]):15,.0f}  "
+            f"{100 * _read_fraction(r):9.2f}%"
+        )
+    s = result["summary"]
+    lines.append(f"\nratios, S={s['S_large']:,} vs S={s['S_small']:,} "
+                 f"(I={result['runs'][0]['increment_records']:,}):")
+    for name, r in s["ratios"].items():
+        mark = "ok " if r["met"] else "MISS"
+        lines.append(f"  [{mark}] {name:36s} {r['value']:9.4f}  target {r['target']}")
+    lines.append(f"\nwall time {wall:.1f} s")
+    return "\n".join(lines)
+
+
+# -- plot ------------------------------------------------------------------------------------
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"direct": "tab:blue", "blackbox": "tab:orange"}
+    styles = {"outer": "-", "inner": "--"}
+    sizes = sorted({r["initial_state_records"] for r in result["runs"]})
+    markers = dict(zip(sizes, "os^Dv", strict=False))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    for r in result["runs"]:
+        xs = range(1, len(r["epochs"]) + 1)
+        kw = {"color": colors[r["mode"]], "linestyle": styles[r["state_grouping"]],
+              "marker": markers[r["initial_state_records"]], "markersize": 6,
+              "alpha": 1.0 if r["initial_state_records"] == sizes[-1] else 0.6,
+              "label": f"{r['mode']} / {r['state_grouping']} / S={r['initial_state_records']:,}"}
+        ax1.plot(xs, [max(e["shuffle_bytes"], 1) for e in r["epochs"]], **kw)
+        ax2.plot(xs, [e["seconds"] for e in r["epochs"]], **kw)
+    inc = result["runs"][0]["increment_records"]
+    ax1.set_yscale("log")
+    ax1.set_title(f"Spark shuffle write bytes per epoch (I={inc:,})")
+    ax1.set_ylabel("bytes (log)")
+    ax2.set_title("run_epoch wall time")
+    ax2.set_ylabel("seconds")
+    ax2.set_ylim(bottom=0)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("epoch")
+        ax.set_xticks(list(range(1, len(result["runs"][0]["epochs"]) + 1)))
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
+    m = result["machine"]
+    fig.suptitle(f"strata URL count: direct vs black-box ({m['cores']} cores, Spark {m['spark']},"
+                 f" {result['config']['num_partitions']} partitions)")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- main ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    ap.add_argument("--json", required=True, metavar="PATH", help="write the results here")
+    ap.add_argument("--plot", metavar="PATH.png", help="plot shuffle bytes and seconds")
+    ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    ap.add_argument("--states", type=int, nargs="+", help="initial state sizes S")
+    ap.add_argument("--increment", type=int, help="records per increment I")
+    ap.add_argument("--epochs", type=int, help="epochs E per run")
+    ap.add_argument("--partitions", type=int, default=4, help="num_partitions of every run")
+    ap.add_argument("--existing", type=float, default=0.5,
+                    help="fraction of each increment drawn from URLs already seen")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--tmp", help="directory for the temporary homes (default: system temp)")
+    ap.add_argument("--no-verify", dest="verify", action="store_false",
+                    help="skip reading back the final state of each run to check it")
+    args = ap.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    states = sorted(args.states or sizes["states"])
+    inc = args.increment or sizes["increment"]
+    epochs = args.epochs or sizes["epochs"]
+    if len(states) < 2 or states[-1] < 4 * states[0]:
+        ap.error("need at least two state sizes, the largest >= 4x the smallest")
+
+    wall0 = time.perf_counter()
+    import pyspark
+
+    from strata.physical.metrics import SparkMetrics
+    from strata.physical.session import get_spark
+
+    spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")
+    metrics = SparkMetrics(spark)
+    tmp = Path(tempfile.mkdtemp(prefix="strata-bench-", dir=args.tmp))
+    config = {
+        "states": states, "increment": inc, "epochs": epochs, "num_partitions": args.partitions,
+        "existing_fraction": args.existing, "seed": args.seed,
+        "master": spark.sparkContext.master, "quick": args.quick,
+        "preload_files": 8, "increment_files": 2,
+    }
+    log(f"strata benchmark: S={states}, I={inc:,}, E={epochs}, {args.partitions} partitions, "
+        f"master {config['master']}, temp dir {tmp}")
+    runs = []
+    try:
+        for s in states:
+            work = make_workload(tmp / "inputs" / f"S{s}", s, inc, epochs, args.existing,
+                                 args.seed, config["preload_files"], config["increment_files"])
+            for grouping in GROUPINGS:
+                for mode in MODES:
+                    home = tmp / f"home-{mode}-{grouping}-S{s}"
+                    runs.append(run_one(spark, metrics, home, mode, grouping, s, work,
+                                        args.partitions, args.verify))
+                    shutil.rmtree(home, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    wall = time.perf_counter() - wall0
+    result = {
+        "machine": {"cores": os.cpu_count(), "spark": pyspark.__version__},
+        "command": shlex.join([Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None
+                                                                else argv)]),
+        "python": platform.python_version(),
+        "config": config,
+        "wall_seconds": round(wall, 1),
+        "runs": runs,
+    }
+    result["summary"] = summarize(runs)
+    text = json.dumps(result, indent=1)
+    Path(args.json).write_text(text + "\n")
+    print(text)
+    if args.plot:
+        plot(result, args.plot)
+    log(human_summary(result, wall))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
