@@ -1,0 +1,48 @@
+"""Run one URL-count epoch in a fresh process (a fresh Spark driver), print JSON metrics.
+
+    python tests/restart_worker.py HOME MODE load|increment
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from strata.apps.urlcount import urlcount_dataflow
+from strata.physical.increments import read_records
+from strata.physical.metrics import SparkMetrics
+from strata.physical.runner import SparkStageRunner
+from strata.physical.session import get_spark
+
+STATE_URLS = 20_000
+NUM_PARTITIONS = 4
+
+
+def load_records() -> list[dict]:
+    return [{"url": f"https://site{n % 300}.example.com/page/{n}"} for n in range(STATE_URLS)]
+
+
+def increment_records() -> list[dict]:
+    old = [{"url": f"https://site{n % 300}.example.com/page/{n}"} for n in range(0, 20_000, 200)]
+    new = [{"url": f"https://new.example.com/{n}"} for n in range(100)]
+    return old + new
+
+
+def run(spark, home: str, mode: str, phase: str) -> dict:
+    from tests.helpers import increment
+
+    df = urlcount_dataflow("outer")
+    stage = df.stages["count"]
+    runner = SparkStageRunner(home, spark, mode=mode, num_partitions=NUM_PARTITIONS)
+    recs = load_records() if phase == "load" else increment_records()
+    inc = increment(home, df.flows["urls"], recs)
+    with SparkMetrics(spark).measure(f"restart-{phase}") as m:
+        res = runner.run_epoch(stage, {"urls": inc})
+    counts = {r["url"]: r["count"] for r in read_records(res.outputs["counts"].files)}
+    return {"epoch": res.epoch, "shuffle_write_bytes": m.shuffle_write_bytes,
+            "increment_bytes": inc.bytes, "counts": counts, **res.metrics}
+
+
+if __name__ == "__main__":
+    home, mode, phase = sys.argv[1:4]
+    print(json.dumps(run(get_spark("local[2]"), home, mode, phase)))
