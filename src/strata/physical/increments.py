@@ -48,10 +48,16 @@ def write_table(uri: str, table: pa.Table) -> int:
 
 def iter_records(uri: str, batch_size: int = 65536) -> Iterator[dict]:
     """Stream a Parquet file's records as dicts."""
+    for batch in iter_batches(uri, batch_size):
+        yield from batch
+
+
+def iter_batches(uri: str, batch_size: int = 65536) -> Iterator[list[dict]]:
+    """Stream a Parquet file's records in lists of at most ``batch_size``."""
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
-            yield from batch.to_pylist()
+            yield batch.to_pylist()
 
 
 def read_records(files: Sequence[str]) -> list[dict]:

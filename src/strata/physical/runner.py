@@ -39,6 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
+from strata.physical.fusion import NO_FUSION, Fusion
 from strata.physical.increments import Increment, read_records
 from strata.physical.session import get_spark
 from strata.physical.state import StateDir, StateSnapshot
@@ -124,12 +125,16 @@ class SparkStageRunner:
         stage: Stage,
         inputs: Mapping[str, Increment | Sequence[Increment]],
         epoch: int | None = None,
+        fusion: Fusion = NO_FUSION,
     ) -> EpochResult:
         """Run ``stage`` over ``inputs`` (increments per input flow) and commit.
 
         ``epoch`` defaults to the next one. Asking for the epoch that is already
         committed returns its recorded result without running anything (so a
         controller can repeat an epoch after a crash without applying it twice).
+        With ``fusion``, record-wise stages run inside this job (see
+        :mod:`strata.physical.fusion`): ``inputs`` then holds the increments of each
+        chain's first flow, and the result names each chain's last flow.
         """
         sd = self.state_dir(stage)
         cur = sd.current()
@@ -149,10 +154,12 @@ class SparkStageRunner:
                 f"mode (or start from an empty home to switch to {self.mode!r})"
             )
         n = cur.num_partitions or self.num_partitions
-        ship_user_code(stage)
+        for s in [stage, *(x for c in (*fusion.pre.values(), *fusion.post.values()) for x in c)]:
+            ship_user_code(s)
         task = EpochTask(
             stage=stage, epoch=epoch, mode=self.mode, num_partitions=n, state_root=sd.root,
             flows_root=self.flows_root, token=uuid.uuid4().hex[:10], runs=cur.runs,
+            fusion=fusion,
         )
         splits: list[tuple] = []
         for fi, name in enumerate(stage.input_names):
@@ -195,7 +202,7 @@ class SparkStageRunner:
         return self._commit(stage, task, cur, results)
 
     def _commit(self, stage: Stage, task: EpochTask, cur: StateSnapshot, results) -> EpochResult:
-        outputs: dict[str, Increment] = {f: Increment() for f in stage.output_names}
+        outputs = {task.fusion.tail(f): Increment() for f in stage.output_names}
         for r in sorted(results, key=lambda r: r["partition"]):
             for flow, (uri, rows, size) in r["outputs"].items():
                 o = outputs[flow]
@@ -228,7 +235,7 @@ class SparkStageRunner:
     def _discard(self, task: EpochTask) -> None:
         """Remove what a failed epoch wrote; none of it is referenced by a manifest."""
         for flow in task.stage.output_names:
-            fs.delete_quietly(task.output_dir(flow))
+            fs.delete_quietly(task.output_dir(task.fusion.tail(flow)))
         if task.stage.state is not None:
             self.state_dir(task.stage).gc(self.state_dir(task.stage).current())
 

@@ -41,7 +41,8 @@ from strata.model.route_eval import (
 )
 from strata.model.schema import to_table
 from strata.physical import fs
-from strata.physical.increments import iter_records, write_table
+from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
+from strata.physical.increments import iter_batches, iter_records, write_table
 from strata.physical.store import PartitionStore, RunInfo
 
 # Tags of the items the map side sends to partitions.
@@ -61,6 +62,7 @@ class EpochTask:
     token: str
     runs: dict[int, list[RunInfo]] = field(default_factory=dict)
     max_runs: int = 8
+    fusion: Fusion = NO_FUSION
 
     # -- naming -----------------------------------------------------------------
     def output_uri(self, flow: str, p: int) -> str:
@@ -77,14 +79,24 @@ class EpochTask:
 
     # -- map side ---------------------------------------------------------------
     def map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
-        """Route the records of one input file (or state file) to partitions."""
+        """Route the records of one input file (or state file) to partitions.
+
+        An error stops the split and travels to partition 0 as an ``E`` item, so the
+        job finishes and the driver reports it without Spark's stack traces.
+        """
+        try:
+            yield from self._map_split(split)
+        except EpochError as e:
+            yield 0, (E, e.to_dict())
+
+    def _map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
         n, kind = self.num_partitions, split[0]
         if kind == "input":
             _, fi, uri = split
             inp = self.stage.inputs[fi]
             route = inp.route
             seq = hash(uri) % n
-            for rec in iter_records(uri):
+            for rec in self._input_records(inp.flow_name, uri):
                 if route is None:
                     seq += 1
                     yield seq % n, (R, fi, rec)
@@ -92,10 +104,8 @@ class EpochTask:
                 try:
                     how, target = evaluate_route(route, rec)
                 except BadRoute as e:
-                    yield 0, (E, RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
-                                            flow=inp.flow_name, record=rec,
-                                            has_record=True).to_dict())
-                    return
+                    raise RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
+                                     flow=inp.flow_name, record=rec, has_record=True) from None
                 if how == KEYED:
                     for enc, key in target:
                         yield partition_of(enc, n), (K, fi, enc, key, rec)
@@ -113,10 +123,23 @@ class EpochTask:
         elif kind == "blackbox":
             route = self.stage.state.route
             for rec in iter_records(split[1]):
-                enc, key = state_key(route, rec)
+                try:
+                    enc, key = state_key(route, rec)
+                except BadRoute as e:
+                    raise RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
+                                     flow=STATE, record=rec, has_record=True) from None
                 yield partition_of(enc, n), (S, enc, key, rec)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown split {split!r}")
+
+    def _input_records(self, flow: str, uri: str) -> Iterator[dict]:
+        """An input file's records, through the record-wise stages fused before ``flow``."""
+        chain = self.fusion.pre.get(flow)
+        if not chain:
+            yield from iter_records(uri)
+            return
+        for batch in iter_batches(uri, 4096):
+            yield from apply_chain(chain, batch, self.epoch)
 
     # -- per-partition side ---------------------------------------------------------
     def run_partition(self, p: int, items: Iterable[Any]) -> list[dict]:
@@ -285,8 +308,14 @@ class _PartitionRun:
         for name, buf in self.out.outputs.items():
             if buf:
                 table = self._table(name, buf, self.stage[name].schema)
-                uri = t.output_uri(name, p)
-                result["outputs"][name] = (uri, len(buf), write_table(uri, table))
+                chain = t.fusion.post.get(name)
+                if chain:  # record-wise stages fused after this output
+                    buf = apply_chain(chain, buf, t.epoch)
+                    table = to_table(buf, chain[-1][chain[-1].output_names[0]].schema)
+                    name = t.fusion.tail(name)
+                if buf:
+                    uri = t.output_uri(name, p)
+                    result["outputs"][name] = (uri, len(buf), write_table(uri, table))
         if st is not None:
             self._check_state_schema(st.arrow_schema)
             if t.mode == "blackbox":
