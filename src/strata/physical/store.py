@@ -1,7 +1,7 @@
 """Per-partition state store of direct execution mode (a BIPtable-like layout).
 
 A partition of a stage's state is a list of immutable *runs*, oldest first. A run is a
-data file (concatenated ``pickle.dumps((enc, key, records))`` entries, sorted by
+data file (concatenated ``pickle.dumps((key, records))`` entries, sorted by
 ``(hash64(enc), enc)``) and an index file::
 
     header  <4sHHQ>  magic, version, bits b, entry count n
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
-from strata.model.keys import hash64
+from strata.model.keys import encode_key, hash64
 
 Entry = tuple[bytes, Any, list[dict]]
 
@@ -164,7 +164,8 @@ class PartitionStore:
             with self.fs.open_input_file(self._path(run.run_id, "data")) as f:
                 blobs = self._read_ranges(f, ranges)
             for blob in blobs:
-                enc, key, records = pickle.loads(blob)
+                key, records = pickle.loads(blob)
+                enc = encode_key(key)
                 if pending.pop(enc, None) is not None and records:
                     found[enc] = (key, records)
         return found
@@ -174,7 +175,8 @@ class PartitionStore:
         self.bytes_read += run.data_bytes
         with self.fs.open_input_stream(self._path(run.run_id, "data"), buffer_size=_BUFFER) as s:
             for _ in range(run.entries):  # one unpickler per entry: each has its own memo
-                enc, key, records = pickle.load(s)
+                key, records = pickle.load(s)
+                enc = encode_key(key)
                 yield hash64(enc), enc, rank, key, records
 
     def _merge(self, runs: Sequence[RunInfo], drop_tombstones: bool) -> Iterator[tuple]:
@@ -228,7 +230,7 @@ class PartitionStore:
         hs, offs, lens, pos = array("Q"), array("Q"), array("I"), 0
         with self._atomic(self._path(run_id, "data")) as out:
             for h, enc, _, key, records in items:
-                blob = pickle.dumps((enc, key, records), protocol=5)
+                blob = pickle.dumps((key, records), protocol=5)  # enc is derived from key
                 out.write(blob)
                 hs.append(h)
                 offs.append(pos)
