@@ -11,10 +11,12 @@ from strata.model.errors import (
     StrataError,
     TranslateError,
 )
+from strata.model.helpers import keyed_update, recordwise
 from strata.model.keys import encode_key
 from strata.model.routing import ALL, NONE, All, Multicast
 
 __all__ = [
+    "keyed_update", "recordwise",
     "ALL", "NONE", "STATE", "All", "Dataflow", "DataflowError", "Emitter", "EpochError", "Flow",
     "Input", "Multicast", "OutputError", "RouteError", "SchemaError", "Stage", "State",
     "StrataError", "TranslateError", "encode_key",

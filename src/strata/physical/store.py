@@ -229,7 +229,7 @@ class PartitionStore:
         self.fs.create_dir(self.dir, recursive=True)
         hs, offs, lens, pos = array("Q"), array("Q"), array("I"), 0
         with self._atomic(self._path(run_id, "data")) as out:
-            for h, enc, _, key, records in items:
+            for h, _enc, _, key, records in items:
                 blob = pickle.dumps((key, records), protocol=5)  # enc is derived from key
                 out.write(blob)
                 hs.append(h)
