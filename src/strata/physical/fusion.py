@@ -119,7 +119,9 @@ def plan(df: Dataflow) -> list[PhysicalStage]:
     for s in df.topological_order():
         if s.is_recordwise:
             continue
-        pre = {f: c for f in s.input_names if (c := upstream_chain(f))}
+        # a framed input is cut by its own records, which a pre-chain would hide
+        pre = {i.flow_name: c for i in s.inputs
+               if i.frame_by is None and (c := upstream_chain(i.flow_name))}
         fused.update(x.name for c in pre.values() for x in c)
         post = {f: c for f in s.output_names if (c := downstream_chain(f))}
         fused.update(x.name for c in post.values() for x in c)

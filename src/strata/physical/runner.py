@@ -36,6 +36,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 
+from strata.faults import crash_later, crashpoint
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
@@ -172,6 +173,7 @@ class SparkStageRunner:
 
         sc = self.spark.sparkContext
         sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({self.mode})")
+        crash_later("during-job", 0.5)
         try:
             if stage.is_recordwise:
                 rdd = sc.parallelize(splits, max(1, len(splits)))
@@ -228,7 +230,9 @@ class SparkStageRunner:
             "state_bytes_total_before": cur.total_bytes,
         }
         sd = self.state_dir(stage)
+        crashpoint("before-manifest")
         sd.commit(snap)
+        crashpoint("after-manifest")
         sd.gc(snap)
         return EpochResult(stage.name, task.epoch, outputs, snap, snap.metrics)
 

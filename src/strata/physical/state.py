@@ -96,7 +96,10 @@ class StateDir:
 
     def commit(self, snap: StateSnapshot) -> None:
         """Make ``snap`` the committed state: manifest first, then the CURRENT pointer."""
+        from strata.faults import crashpoint
+
         fs.write_json_atomic(self._manifest_uri(snap.epoch), snap.to_json())
+        crashpoint("between-manifest-and-current")
         fs.write_bytes_atomic(fs.join(self.root, "CURRENT"), f"{snap.epoch}\n".encode())
 
     def gc(self, keep: StateSnapshot) -> None:

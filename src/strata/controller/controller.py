@@ -1,0 +1,514 @@
+"""The controller: runs a dataflow continuously over a strata home.
+
+It keeps, per (flow, consuming stage), a *connector*: the queue of increments
+waiting for that consumer. Arrivals (ingested files, stage outputs) are cut into
+input increments by the consumer's ``frame_by``; the stage's runnability function
+decides when it runs and what it reads and removes; the scheduler picks the next
+stage (fewest epochs first, then longest waiting; stages whose outputs are all
+still unread downstream are skipped while others can run).
+
+Each epoch is write-ahead logged: the intent (the exact increments read and
+removed, the new runnability state) is committed to the catalog before the Spark
+job starts; the job commits the stage's state atomically; one catalog transaction
+then applies the intent (enqueue outputs, dequeue inputs) and marks it applied.
+After a crash anywhere, ``recover`` finds the unapplied intent and either applies
+it (the job had committed) or re-runs the same epoch (it had not): nothing is lost
+and nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import pickle
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strata.controller.catalog import Catalog
+from strata.controller.runnability import normalize, runnable_all
+from strata.faults import crashpoint
+from strata.model.dataflow import Dataflow
+from strata.model.errors import StrataError
+from strata.model.schema import to_arrow_schema, to_ddl, to_table
+from strata.physical import fs
+from strata.physical.fusion import PhysicalStage, plan
+from strata.physical.increments import Increment, iter_records, write_table
+from strata.physical.runner import SparkStageRunner
+
+INGEST = "ingest"
+PUNCTUATION = {"__end_of_frame__": True}
+
+
+class HomeLockedError(StrataError):
+    """Another controller holds the home."""
+
+
+@dataclass
+class EpochReport:
+    """What one epoch of one stage did (for progress displays and ``--json``)."""
+
+    stage: str
+    epoch: int
+    records_in: dict[str, int]
+    records_out: dict[str, int]
+    seconds: float
+    metrics: dict = field(default_factory=dict)
+    recovered: bool = False
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+class Controller:
+    """Runs ``dataflow`` over the strata home ``home``; one controller per home at a time.
+
+    Use as a context manager (it takes the home's lock)::
+
+        with Controller("/data/home", dataflow) as c:
+            c.ingest("urls", ["day-1.jsonl"])
+            c.run()
+    """
+
+    def __init__(
+        self,
+        home: str | os.PathLike,
+        dataflow: Dataflow,
+        *,
+        spark: Any = None,
+        master: str | None = None,
+        mode: str = "direct",
+        num_partitions: int | None = None,
+        fuse: bool = True,
+    ) -> None:
+        self.home = str(home)
+        self.dataflow = dataflow.validate()
+        units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
+        self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
+        self._spark, self._master = spark, master
+        self.mode, self.num_partitions = mode, num_partitions
+        self._runner: SparkStageRunner | None = None
+        self._lock_fd: int | None = None
+        Path(self.home).mkdir(parents=True, exist_ok=True)
+        self.catalog = open_catalog(self.home)
+        self._register()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> Controller:
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def lock(self) -> None:
+        """Take the home's controller lock, or fail at once naming the holder."""
+        path = os.path.join(self.home, "controller.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = Path(path).read_text().strip() or "another process"
+            os.close(fd)
+            raise HomeLockedError(
+                f"strata home {self.home} is in use by another controller ({holder}). "
+                "Wait for it to finish or stop it; one controller runs a home at a time."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+        self.catalog.close()
+
+    @property
+    def runner(self) -> SparkStageRunner:
+        if self._runner is None:
+            from strata.physical.session import get_spark
+
+            spark = self._spark or get_spark(self._master)
+            self._runner = SparkStageRunner(self.home, spark, self.mode, self.num_partitions)
+        return self._runner
+
+    # -- registration ---------------------------------------------------------------------
+    def _register(self) -> None:
+        df = self.dataflow
+        flows = [(f.name, to_ddl(f.schema), f.producer, f.external) for f in df.flows.values()]
+        fingerprint = hashlib.sha256(json.dumps(sorted(flows)).encode()).hexdigest()[:16]
+        old = self.catalog.get_meta("fingerprint")
+        known = self.catalog.flows()
+        for name, ddl, _, _ in flows:
+            if name in known and known[name]["schema"] != ddl:
+                raise StrataError(
+                    f"flow {name!r} in home {self.home} has schema {known[name]['schema']!r} "
+                    f"but the dataflow declares {ddl!r}; use a new home or keep the schema"
+                )
+        connectors = [(f, name) for name, u in self.units.items() for f in u.input_flows]
+        if old != fingerprint or set(connectors) - set(self.catalog.connectors()):
+            self.catalog.register(flows, connectors, list(self.units), fingerprint)
+
+    # -- ingest -----------------------------------------------------------------------
+    def ingest(self, flow: str, source: Sequence[str | os.PathLike] | Sequence[dict],
+               fmt: str | None = None, end_frame: bool = False) -> int:
+        """Append one increment to external input ``flow`` (see :func:`ingest`)."""
+        return ingest(self.home, flow, source, fmt, end_frame=end_frame, catalog=self.catalog)
+
+    # -- running ------------------------------------------------------------------------
+    def run(
+        self,
+        until_idle: bool = True,
+        max_epochs: int | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_start: Callable[[str, int], None] | None = None,
+    ) -> list[EpochReport]:
+        """Run epochs until nothing is runnable (or ``max_epochs`` ran)."""
+        reports = self.recover(on_epoch)
+        while max_epochs is None or len(reports) < max_epochs:
+            self._frame_all()
+            choice = self._schedule()
+            if choice is None:
+                break
+            unit, reads, removes, rstate = choice
+            if on_start:
+                on_start(unit.stage.name, self.catalog.stage_row(unit.stage.name)["epochs"] + 1)
+            report = self._run_epoch(unit, reads, removes, rstate)
+            reports.append(report)
+            if on_epoch:
+                on_epoch(report)
+        self.collect_garbage()
+        self.sweep()
+        return reports
+
+    def step(self) -> EpochReport | None:
+        """Run at most one epoch."""
+        reports = self.run(max_epochs=1)
+        return reports[-1] if reports else None
+
+    # -- framing -----------------------------------------------------------------------
+    def _frame_all(self) -> None:
+        for name, unit in self.units.items():
+            stage = unit.stage
+            for inp in stage.inputs:
+                head = unit.fusion.head(inp.flow_name)
+                raw = self.catalog.queue(head, name, framed=False)
+                if not raw:
+                    continue
+                if inp.frame_by is None:  # FrameByPrior: an arrival is an increment
+                    with self.catalog.transaction() as db:
+                        for q in raw:
+                            if q.framing_key == PUNCTUATION:
+                                self.catalog.dequeue(db, head, name, q.pos)
+                            else:
+                                db.execute("UPDATE queue SET framed = 1 WHERE flow = ? AND "
+                                           "consumer = ? AND pos = ?", (head, name, q.pos))
+                else:
+                    self._frame(name, head, inp.frame_by, raw)
+
+    def _frame(self, consumer: str, flow: str, frame_by: Callable, raw: list) -> None:
+        """Cut arrivals into increments of consecutive records with equal framing keys.
+
+        The last frame stays open (its records kept in a file) until a record with
+        another key, or an end-of-frame mark, arrives.
+        """
+        state, open_frame, cut = self.catalog.framing(flow, consumer)
+        schema = self.dataflow.flows[flow].schema
+        key = open_frame["key"] if open_frame else None
+        records: list[dict] = list(iter_records(open_frame["file"])) if open_frame else []
+        frames: list[tuple[Any, list[dict]]] = []
+        for q in raw:
+            if q.framing_key == PUNCTUATION:
+                if records:
+                    frames.append((key, records))
+                records, key = [], None
+                continue
+            for f in q.increment.files:
+                for rec in iter_records(f):
+                    try:
+                        fk, state = frame_by(rec, state)
+                        json.dumps(fk)
+                    except Exception as e:  # noqa: BLE001
+                        raise StrataError(
+                            f"frame_by of stage {consumer!r} on flow {flow!r} failed on record "
+                            f"{rec!r}: {type(e).__name__}: {e}. Framing keys must be JSON "
+                            "values (numbers, strings, lists)."
+                        ) from None
+                    if records and fk != key:
+                        frames.append((key, records))
+                        records = []
+                    key = fk
+                    records.append(rec)
+        base = fs.join(self.home, "frames", flow, consumer)
+        new_incs = []
+        for fk, recs in frames:
+            cut += 1
+            uri = fs.join(base, f"frame-{cut:08d}.parquet")
+            size = write_table(uri, to_table(recs, schema))
+            new_incs.append((cut, fk, Increment((uri,), len(recs), size)))
+        new_open = None
+        if records:
+            uri = fs.join(base, f"open-{cut:08d}-{uuid.uuid4().hex[:6]}.parquet")
+            write_table(uri, to_table(records, schema))
+            new_open = {"key": key, "file": uri, "records": len(records)}
+        crashpoint("framing-before-commit")
+        with self.catalog.transaction() as db:
+            for q in raw:
+                self.catalog.dequeue(db, flow, consumer, q.pos)
+            for n, fk, inc in new_incs:
+                inc_id = self.catalog.add_increment(db, flow, f"frame:{consumer}", n, inc, fk)
+                self.catalog.enqueue(db, flow, consumer, inc_id, framed=True)
+            self.catalog.set_framing(db, flow, consumer, state, new_open, cut)
+        if open_frame and (new_open is None or new_open["file"] != open_frame["file"]):
+            fs.delete_quietly(open_frame["file"])
+
+    # -- scheduling --------------------------------------------------------------------
+    def _runnable_fn(self, unit: PhysicalStage):
+        stage = unit.stage
+        if stage.runnable is not None:
+            return stage.runnable
+        loopbacks = {f for f in stage.input_names if self.dataflow.flows[f].producer == stage.name}
+        return runnable_all([f for f in stage.input_names if f not in loopbacks])
+
+    def _schedule(self) -> tuple[PhysicalStage, dict, dict, Any] | None:
+        """The next stage to run with its reads/removes, or None when nothing is runnable."""
+        now = time.time()
+        candidates = []
+        for name, unit in self.units.items():
+            stage = unit.stage
+            queued = {f: self.catalog.queue(unit.fusion.head(f), name) for f in stage.input_names}
+            keys = {f: [q.framing_key for q in qs] for f, qs in queued.items()}
+            row = self.catalog.stage_row(name)
+            if not any(keys.values()):
+                continue
+            try:
+                reads, removes, rstate = self._runnable_fn(unit)(keys, row["runnable_state"])
+            except Exception as e:  # noqa: BLE001
+                raise StrataError(f"runnable of stage {name!r} raised {type(e).__name__}: "
+                                  f"{e}") from None
+            reads, removes = normalize(reads), normalize(removes)
+            for f, n in {**reads, **removes}.items():
+                if f not in keys or n > len(keys[f]):
+                    raise StrataError(
+                        f"runnable of stage {name!r} asked for {n} increment(s) of {f!r} but "
+                        f"{len(keys.get(f, []))} are waiting")
+            if not reads:
+                continue
+            if row["waiting_since"] is None:
+                with self.catalog.transaction() as db:
+                    self.catalog.set_waiting(db, name, now)
+                row["waiting_since"] = now
+            candidates.append((row["epochs"], row["waiting_since"], name, unit, reads, removes,
+                               rstate))
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+        free = [c for c in candidates if not self._bottlenecked(c[3])]
+        _, _, _, unit, reads, removes, rstate = (free or candidates)[0]
+        return unit, reads, removes, rstate
+
+    def _bottlenecked(self, unit: PhysicalStage) -> bool:
+        """All outputs still have unread increments at every consumer (back-pressure)."""
+        outs = unit.output_flows
+        pairs = [(f, c) for f in outs for c in self.catalog.consumers(f) if c != unit.stage.name]
+        return bool(pairs) and all(self.catalog.queue(f, c, framed=None) for f, c in pairs)
+
+    # -- one epoch ----------------------------------------------------------------------
+    def _run_epoch(self, unit: PhysicalStage, reads: dict, removes: dict,
+                   rstate: Any) -> EpochReport:
+        name = unit.stage.name
+        epoch = self.catalog.stage_row(name)["epochs"] + 1
+        intent = {"reads": {}, "removes": {}, "records_in": {},
+                  "runnable_state": base64.b64encode(pickle.dumps(rstate)).decode()}
+        for f in unit.stage.input_names:
+            head = unit.fusion.head(f)
+            qs = self.catalog.queue(head, name)
+            intent["reads"][f] = [q.id for q in qs[: reads.get(f, 0)]]
+            intent["removes"][head] = [q.pos for q in qs[: removes.get(f, 0)]]
+            intent["records_in"][f] = sum(q.increment.records for q in qs[: reads.get(f, 0)])
+        seq = self.catalog.log_intent(name, epoch, intent)
+        crashpoint("after-intent")
+        return self._execute(seq, unit, epoch, intent, recovered=False)
+
+    def _execute(self, seq: int, unit: PhysicalStage, epoch: int, intent: dict,
+                 recovered: bool) -> EpochReport:
+        t0 = time.perf_counter()
+        inputs = {f: [self.catalog.increment(i)[3] for i in ids]
+                  for f, ids in intent["reads"].items()}
+        result = self.runner.run_epoch(unit.stage, inputs, epoch=epoch, fusion=unit.fusion)
+        crashpoint("after-spark-commit")
+        self._apply(seq, unit, epoch, intent, result.outputs)
+        crashpoint("after-apply")
+        self.collect_garbage()
+        return EpochReport(name_of(unit), epoch, intent["records_in"],
+                           {f: inc.records for f, inc in result.outputs.items()},
+                           time.perf_counter() - t0, result.metrics, recovered)
+
+    def _apply(self, seq: int, unit: PhysicalStage, epoch: int, intent: dict,
+               outputs: dict[str, Increment]) -> None:
+        name = unit.stage.name
+        with self.catalog.transaction() as db:
+            for flow, inc in outputs.items():
+                consumers = self.catalog.consumers(flow)
+                if inc.records == 0:
+                    continue  # an empty increment wakes nobody up
+                inc_id = self.catalog.add_increment(db, flow, name, epoch, inc, epoch,
+                                                    retained=not consumers)
+                for c in consumers:
+                    self.catalog.enqueue(db, flow, c, inc_id, framed=False)
+            crashpoint("inside-apply")
+            for head, positions in intent["removes"].items():
+                for pos in positions:
+                    self.catalog.dequeue(db, head, name, pos)
+            db.execute("UPDATE stages SET epochs = ?, runnable_state = ?, waiting_since = NULL, "
+                       "last_run = ? WHERE name = ?",
+                       (epoch, base64.b64decode(intent["runnable_state"]), time.time(), name))
+            self.catalog.mark_applied(db, seq)
+
+    # -- recovery and garbage -------------------------------------------------------------
+    def recover(self, on_epoch: Callable[[EpochReport], None] | None = None) -> list[EpochReport]:
+        """Finish an epoch a crash interrupted: apply it if its job committed, else re-run it."""
+        reports = []
+        for seq, name, epoch, intent in self.catalog.unapplied():
+            unit = self.units.get(name)
+            if unit is None:
+                raise StrataError(f"the home has an unfinished epoch of stage {name!r}, which "
+                                  "the dataflow no longer has; run the dataflow that wrote it")
+            committed = self.runner.committed(unit.stage)
+            if committed.epoch == epoch:
+                self._apply(seq, unit, epoch, intent, committed.outputs)
+                report = EpochReport(name, epoch, intent["records_in"],
+                                     {f: i.records for f, i in committed.outputs.items()},
+                                     0.0, committed.metrics, recovered=True)
+            else:
+                report = self._execute(seq, unit, epoch, intent, recovered=True)
+            reports.append(report)
+            if on_epoch:
+                on_epoch(report)
+        self.collect_garbage()
+        self.sweep()
+        return reports
+
+    def collect_garbage(self) -> int:
+        """Delete increments that no connector references any more (and their files)."""
+        with self.catalog.transaction() as db:
+            dead = self.catalog.unreferenced(db)
+            db.executemany("DELETE FROM increments WHERE id = ?", [(i,) for i, _ in dead])
+        crashpoint("gc-after-commit")
+        for _, files in dead:
+            _delete_increment_files(files)
+        return len(dead)
+
+    def sweep(self) -> int:
+        """Remove files of epochs that crashed before they were applied (under the lock,
+        after recovery, nothing unreferenced under ``flows/`` or ``frames/`` is live)."""
+        referenced: set[str] = set()
+        for (files,) in self.catalog.db.execute("SELECT files FROM increments"):
+            referenced.update(json.loads(files))
+        for (frame,) in self.catalog.db.execute(
+                "SELECT open_frame FROM connectors WHERE open_frame IS NOT NULL"):
+            referenced.add(json.loads(frame)["file"])
+        live_dirs = {f.rsplit("/", 1)[0] for f in referenced}
+        removed = 0
+        flows_root = fs.join(self.home, "flows")
+        for flow in fs.list_dir(flows_root):
+            for d in fs.list_dir(fs.join(flows_root, flow)):
+                uri = fs.join(flows_root, flow, d)
+                if uri not in live_dirs:
+                    fs.delete_quietly(uri)
+                    removed += 1
+        frames_root = fs.join(self.home, "frames")
+        for flow in fs.list_dir(frames_root):
+            for consumer in fs.list_dir(fs.join(frames_root, flow)):
+                base = fs.join(frames_root, flow, consumer)
+                for name in fs.list_dir(base):
+                    if fs.join(base, name) not in referenced:
+                        fs.delete_quietly(fs.join(base, name))
+                        removed += 1
+        return removed
+
+
+def _delete_increment_files(files: Sequence[str]) -> None:
+    for f in files:
+        fs.delete_quietly(f)
+    parents = {f.rsplit("/", 1)[0] for f in files}
+    for d in parents:  # an increment's own directory (not the shared frames/ folders)
+        if "/frames/" not in d and not fs.list_dir(d):
+            fs.delete_quietly(d)
+
+
+def name_of(unit: PhysicalStage) -> str:
+    return unit.stage.name
+
+
+def open_catalog(home: str) -> Catalog:
+    return Catalog(os.path.join(home, "catalog.sqlite"))
+
+
+def ingest(
+    home: str,
+    flow: str,
+    source: Sequence[str | os.PathLike] | Sequence[dict],
+    fmt: str | None = None,
+    *,
+    end_frame: bool = False,
+    catalog: Catalog | None = None,
+) -> int:
+    """Append one increment to the external input ``flow`` of the dataflow in ``home``.
+
+    ``source`` is a list of files (``jsonl``, ``csv`` or ``parquet``; the format is taken
+    from the extension unless ``fmt`` is given) or a list of records. The files are
+    checked against the flow's schema first: a bad file is rejected whole, naming the
+    line or row that failed, and nothing is appended. Returns the increment's number.
+    """
+    from strata.controller.readers import read_source
+
+    own = catalog is None
+    catalog = catalog or open_catalog(home)
+    try:
+        flows = catalog.flows()
+        if flow not in flows:
+            known = ", ".join(sorted(n for n, f in flows.items() if f["external"])) or "none"
+            raise StrataError(
+                f"home {home} has no flow {flow!r} (external inputs: {known}). "
+                "Register the dataflow first with `strata run PIPELINE --home DIR`."
+            )
+        if not flows[flow]["external"]:
+            raise StrataError(f"flow {flow!r} is written by stage {flows[flow]['producer']!r}; "
+                              "only external inputs take ingested increments")
+        schema = to_arrow_schema(flows[flow]["schema"])
+        table = read_source(source, schema, fmt, flow)
+        token = uuid.uuid4().hex[:8]
+        with catalog.transaction() as db:
+            n = db.execute("SELECT COALESCE(MAX(epoch), 0) + 1 FROM increments WHERE flow = ? "
+                           "AND producer = ?", (flow, INGEST)).fetchone()[0]
+        # under incoming/: a concurrent controller's sweep never removes an ingest in flight
+        uri = fs.join(home, "incoming", flow, f"e{n:08d}-{token}", "part-00000.parquet")
+        inc = Increment((uri,), table.num_rows, write_table(uri, table))
+        consumers = catalog.consumers(flow)
+        with catalog.transaction() as db:
+            n = db.execute("SELECT COALESCE(MAX(epoch), 0) + 1 FROM increments WHERE flow = ? "
+                           "AND producer = ?", (flow, INGEST)).fetchone()[0]
+            inc_id = catalog.add_increment(db, flow, INGEST, n, inc, n, retained=not consumers)
+            for c in consumers:
+                catalog.enqueue(db, flow, c, inc_id, framed=False)
+            if end_frame:
+                mark = catalog.add_increment(db, flow, INGEST + ":end", n, Increment(),
+                                             PUNCTUATION)
+                for c in consumers:
+                    catalog.enqueue(db, flow, c, mark, framed=False)
+        return n
+    finally:
+        if own:
+            catalog.close()
+
+

@@ -1,0 +1,94 @@
+"""Runnability: may a stage run now, and which waiting increments does it read and remove?
+
+A runnability function is called as ``runnable(framing_keys, state)`` where
+``framing_keys`` maps each input flow to the framing keys of its waiting increments
+(oldest first) and ``state`` is the function's own state (``None`` at first). It
+returns ``(reads, removes, state)``: ``reads`` maps flows to how many increments to
+read (a set means one each), ``removes`` the same for removal. Reading without
+removing keeps an increment for the next epoch (a static lookup table). An empty
+``reads`` means "not runnable". The returned state is kept only if the stage runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+FramingKeys = Mapping[str, Sequence[Any]]
+Decision = tuple[Mapping[str, int] | set[str], Mapping[str, int] | set[str], Any]
+Runnable = Callable[[FramingKeys, Any], Decision]
+
+
+def runnable_all(required: Sequence[str]) -> Runnable:
+    """RunnableAll: run when every flow in ``required`` has an increment; read and remove
+    the oldest increment of every input that has one."""
+
+    def decide(keys: FramingKeys, state: Any) -> Decision:
+        if not all(keys.get(f) for f in required):
+            return set(), set(), state
+        ready = {f for f, ks in keys.items() if ks}
+        return ready, ready, state
+
+    return decide
+
+
+def runnable_any(keys: FramingKeys, state: Any) -> Decision:
+    """Run when any input has an increment; read and remove one from each that has."""
+    ready = {f for f, ks in keys.items() if ks}
+    return ready, ready, state
+
+
+def synchronized(a: str, b: str) -> Runnable:
+    """Keep two inputs in step by framing key (e.g. the same hour of two crawls).
+
+    Runnable when both have an increment: equal keys are read together; otherwise
+    only the smaller key is read, so a gap in one input does not desynchronize them.
+    """
+
+    def decide(keys: FramingKeys, state: Any) -> Decision:
+        ka, kb = keys.get(a) or [], keys.get(b) or []
+        if not ka or not kb:
+            return set(), set(), state
+        if ka[0] == kb[0]:
+            return {a, b}, {a, b}, state
+        first = a if ka[0] < kb[0] else b
+        return {first}, {first}, state
+
+    return decide
+
+
+def prefer(weights: Mapping[str, int]) -> Runnable:
+    """Read inputs in proportion to ``weights`` (e.g. ``{"queries": 4, "updates": 1}``):
+    each epoch reads one increment of one flow, taking the flow furthest behind its
+    share among those that have an increment."""
+
+    def decide(keys: FramingKeys, state: Any) -> Decision:
+        counts = dict(state or dict.fromkeys(weights, 0))
+        ready = [f for f in weights if keys.get(f)]
+        if not ready:
+            return set(), set(), state
+        pick = min(ready, key=lambda f: (counts[f] / weights[f], -weights[f]))
+        counts[pick] += 1
+        return {pick}, {pick}, counts
+
+    return decide
+
+
+def lookup_table(table: str, stream: str) -> Runnable:
+    """Run per increment of ``stream``; read every increment of ``table`` (the lookup
+    table is all of them together) without removing any, so each epoch sees it all."""
+
+    def decide(keys: FramingKeys, state: Any) -> Decision:
+        t, s = keys.get(table) or [], keys.get(stream) or []
+        if not t or not s:
+            return set(), set(), state
+        return {stream: 1, table: len(t)}, {stream: 1}, state
+
+    return decide
+
+
+def normalize(spec: Mapping[str, int] | set[str] | Sequence[str]) -> dict[str, int]:
+    """``{flow: count}`` from a set/list of flows or a mapping."""
+    if isinstance(spec, Mapping):
+        return {f: int(n) for f, n in spec.items() if n}
+    return dict.fromkeys(spec, 1)
