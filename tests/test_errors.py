@@ -163,3 +163,12 @@ def test_declared_flow_without_producer_fails_validation():
     df.stage("x", _noop, inputs=[src, loop])
     with pytest.raises(DataflowError, match="no stage writes it"):
         df.validate()
+
+
+def test_schema_ddl_round_trips():
+    from strata.model.schema import parse_ddl, to_ddl
+
+    ddl = ("a bigint, b map<string,array<int>>, c struct<x:double,y:boolean>, "
+           "d decimal(10,2), e timestamp, f date, g binary, h timestamp_ntz, i string")
+    assert to_ddl(parse_ddl(ddl)) == ddl
+    assert parse_ddl("n long, s string") == parse_ddl("n bigint, s string")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -67,11 +68,11 @@ class Input:
     def flow_name(self) -> str:
         return self.flow if isinstance(self.flow, str) else self.flow.name
 
-    @property
+    @cached_property
     def route(self) -> KeyFn | None:
         return _key_fn(self.route_by, f"route_by of input {self.flow_name!r}")
 
-    @property
+    @cached_property
     def order(self) -> KeyFn | None:
         return _key_fn(self.order_by, f"order_by of input {self.flow_name!r}")
 
@@ -90,15 +91,15 @@ class State:
     grouping: Literal["outer", "inner"] = "outer"
     order_by: str | Sequence[str] | KeyFn | None = None
 
-    @property
+    @cached_property
     def arrow_schema(self) -> pa.Schema:
         return to_arrow_schema(self.schema)
 
-    @property
+    @cached_property
     def route(self) -> KeyFn | None:
         return _key_fn(self.route_by, "route_by of the state")
 
-    @property
+    @cached_property
     def order(self) -> KeyFn | None:
         return _key_fn(self.order_by, "order_by of the state")
 

@@ -28,6 +28,8 @@ _SIMPLE = {
     exp.DataType.Type.VARBINARY: pa.binary(),
     exp.DataType.Type.DATE: pa.date32(),
     exp.DataType.Type.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMPLTZ: pa.timestamp("us", tz="UTC"),
     exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
 }
 _PY = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(), bytes: pa.binary()}
@@ -82,9 +84,33 @@ def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
     raise DataflowError(f"a schema must be DDL, a pyarrow.Schema or a mapping, not {schema!r}")
 
 
+def type_ddl(t: pa.DataType) -> str:
+    """Spark DDL of an Arrow type (the inverse of the parser above)."""
+    for sql, arrow in _DDL_NAMES.items():
+        if t == arrow:
+            return sql
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz else "timestamp_ntz"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_list(t):
+        return f"array<{type_ddl(t.value_type)}>"
+    if pa.types.is_map(t):
+        return f"map<{type_ddl(t.key_type)},{type_ddl(t.item_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{type_ddl(f.type)}" for f in t) + ">"
+    raise DataflowError(f"type {t} has no Spark DDL equivalent")
+
+
+_DDL_NAMES = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(),
+              "smallint": pa.int16(), "tinyint": pa.int8(), "double": pa.float64(),
+              "float": pa.float32(), "boolean": pa.bool_(), "binary": pa.binary(),
+              "date": pa.date32()}
+
+
 def to_ddl(schema: pa.Schema) -> str:
-    """A readable one-line rendering of a schema."""
-    return ", ".join(f"{f.name} {f.type}" for f in schema)
+    """The schema as Spark DDL (``"url string, count bigint"``); parses back to itself."""
+    return ", ".join(f"{f.name} {type_ddl(f.type)}" for f in schema)
 
 
 def first_misfit(records: Sequence[dict], schema: pa.Schema) -> tuple[int, dict, str] | None:
