@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 .PHONY: setup demo test lint bench clean
 
 $(STAMP): pyproject.toml
-	@scripts/ensure_java.sh
+	@scripts/setup_system.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else \
 	  "error: strata needs Python 3.11 (found %d.%d); set PYTHON=/path/to/python3.11" % sys.version_info[:2])'
 	$(PYTHON) -m venv $(VENV)

@@ -113,6 +113,17 @@ class Catalog:
     def connectors(self) -> list[tuple[str, str]]:
         return list(self.db.execute("SELECT flow, consumer FROM connectors ORDER BY 1, 2"))
 
+    def stages(self) -> list[str]:
+        """Registered stages, in registration order."""
+        return [n for (n,) in self.db.execute("SELECT name FROM stages ORDER BY rowid")]
+
+    def next_number(self, db: sqlite3.Connection, counter: str) -> int:
+        """1, 2, 3, … per counter, never reused (increments are named by their number)."""
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (counter,)).fetchone()
+        n = int(row[0]) + 1 if row else 1
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (counter, str(n)))
+        return n
+
     # -- increments and queues -------------------------------------------------------
     def add_increment(self, db: sqlite3.Connection, flow: str, producer: str, epoch: int,
                       inc: Increment, framing_key: Any = None, retained: bool = False) -> int:

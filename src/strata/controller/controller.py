@@ -42,6 +42,7 @@ from strata.physical import fs
 from strata.physical.fusion import PhysicalStage, plan
 from strata.physical.increments import Increment, iter_records, write_table
 from strata.physical.runner import SparkStageRunner
+from strata.physical.state import StateDir
 
 INGEST = "ingest"
 PUNCTUATION = {"__end_of_frame__": True}
@@ -88,7 +89,8 @@ class Controller:
         num_partitions: int | None = None,
         fuse: bool = True,
     ) -> None:
-        self.home = str(home)
+        home = os.fspath(home)
+        self.home = home if "://" in home else os.path.abspath(home)
         self.dataflow = dataflow.validate()
         units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
@@ -144,7 +146,14 @@ class Controller:
     # -- registration ---------------------------------------------------------------------
     def _register(self) -> None:
         df = self.dataflow
-        flows = [(f.name, to_ddl(f.schema), f.producer, f.external) for f in df.flows.values()]
+        # flows that exist only inside a fused job: never stored, so not registered
+        hidden = {f for u in self.units.values() for c in u.fusion.pre.values()
+                  for s in c for f in s.output_names}
+        hidden |= {f for u in self.units.values() for c in u.fusion.post.values()
+                   for s in c for f in s.input_names}
+        producer = {f: u.stage.name for u in self.units.values() for f in u.output_flows}
+        flows = [(f.name, to_ddl(f.schema), producer.get(f.name, f.producer), f.external)
+                 for f in df.flows.values() if f.name not in hidden]
         fingerprint = hashlib.sha256(json.dumps(sorted(flows)).encode()).hexdigest()[:16]
         old = self.catalog.get_meta("fingerprint")
         known = self.catalog.flows()
@@ -164,10 +173,13 @@ class Controller:
         """Append one increment to external input ``flow`` (see :func:`ingest`)."""
         return ingest(self.home, flow, source, fmt, end_frame=end_frame, catalog=self.catalog)
 
+    def state_records(self, stage: str) -> list[dict]:
+        """A stage's committed state records."""
+        return StateDir(fs.join(self.home, "state", stage), stage).records()
+
     # -- running ------------------------------------------------------------------------
     def run(
         self,
-        until_idle: bool = True,
         max_epochs: int | None = None,
         on_epoch: Callable[[EpochReport], None] | None = None,
         on_start: Callable[[str, int], None] | None = None,
@@ -488,16 +500,12 @@ def ingest(
         schema = to_arrow_schema(flows[flow]["schema"])
         table = read_source(source, schema, fmt, flow)
         token = uuid.uuid4().hex[:8]
-        with catalog.transaction() as db:
-            n = db.execute("SELECT COALESCE(MAX(epoch), 0) + 1 FROM increments WHERE flow = ? "
-                           "AND producer = ?", (flow, INGEST)).fetchone()[0]
         # under incoming/: a concurrent controller's sweep never removes an ingest in flight
-        uri = fs.join(home, "incoming", flow, f"e{n:08d}-{token}", "part-00000.parquet")
+        uri = fs.join(home, "incoming", flow, f"{token}", "part-00000.parquet")
         inc = Increment((uri,), table.num_rows, write_table(uri, table))
         consumers = catalog.consumers(flow)
         with catalog.transaction() as db:
-            n = db.execute("SELECT COALESCE(MAX(epoch), 0) + 1 FROM increments WHERE flow = ? "
-                           "AND producer = ?", (flow, INGEST)).fetchone()[0]
+            n = catalog.next_number(db, f"ingest:{flow}")
             inc_id = catalog.add_increment(db, flow, INGEST, n, inc, n, retained=not consumers)
             for c in consumers:
                 catalog.enqueue(db, flow, c, inc_id, framed=False)

@@ -26,7 +26,6 @@ both properties, and Spark's own shuffle metrics show that only the increment mo
 
 from __future__ import annotations
 
-import pickle
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,10 +40,10 @@ from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
 from strata.physical.fusion import NO_FUSION, Fusion
-from strata.physical.increments import Increment, read_records
+from strata.physical.increments import Increment
 from strata.physical.session import get_spark
 from strata.physical.state import StateDir, StateSnapshot
-from strata.physical.store import RunInfo, read_all
+from strata.physical.store import RunInfo
 from strata.physical.tasks import EpochTask
 
 MODES = ("direct", "blackbox")
@@ -100,14 +99,7 @@ class SparkStageRunner:
 
     def state_records(self, stage: Stage) -> list[dict]:
         """The stage's committed state records (including those bound for another partition)."""
-        snap = self.committed(stage)
-        if snap.mode == "blackbox":
-            recs = read_records(snap.blackbox)
-        else:
-            recs = [r for _, _, rs in read_all(self.state_dir(stage).root, snap.runs) for r in rs]
-        for f in snap.pending:
-            recs += [item[3] for item in pickle.loads(fs.read_bytes(f)) if item[0] == "P"]
-        return recs
+        return self.state_dir(stage).records()
 
     def state_table(self, stage: Stage) -> pa.Table:
         """The committed state as an Arrow table (``.to_pandas()`` for pandas)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
+from importlib.resources import files
 
 from pyspark.sql import SparkSession
 
@@ -23,6 +25,9 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
         return active
     # Python workers must run the interpreter that holds strata and its pinned deps.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # PySpark 4.3 warns about pandas 3 on import; strata's paths do not use the affected parts.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    log4j = files("strata") / "data" / "log4j2.properties"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master or os.environ.get("STRATA_MASTER", DEFAULT_MASTER))
@@ -33,6 +38,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
         .config("spark.ui.enabled", "true")
         .config("spark.ui.port", "0")
         .config("spark.driver.memory", os.environ.get("STRATA_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
     for k, v in conf.items():
         builder = builder.config(k.replace("_", "."), v)

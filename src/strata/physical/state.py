@@ -16,6 +16,7 @@ epoch's state readable and untouched; its files are garbage, removed by ``gc``.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 
 from strata.physical import fs
@@ -93,6 +94,21 @@ class StateDir:
         if d is None:
             raise FileNotFoundError(f"no manifest for epoch {epoch} of stage {self.stage!r}")
         return StateSnapshot.from_json(d)
+
+    def records(self, snap: StateSnapshot | None = None) -> list[dict]:
+        """The committed state records (no Spark needed): direct-mode runs plus records
+        bound for another partition, or the black-box state files."""
+        from strata.physical.increments import read_records
+        from strata.physical.store import read_all
+
+        snap = snap or self.current()
+        if snap.mode == "blackbox":
+            recs = read_records(snap.blackbox)
+        else:
+            recs = [r for _, _, rs in read_all(self.root, snap.runs) for r in rs]
+        for f in snap.pending:
+            recs += [item[3] for item in pickle.loads(fs.read_bytes(f)) if item[0] == "P"]
+        return recs
 
     def commit(self, snap: StateSnapshot) -> None:
         """Make ``snap`` the committed state: manifest first, then the CURRENT pointer."""

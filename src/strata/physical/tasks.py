@@ -173,6 +173,10 @@ class _PartitionRun:
         self.remote: list[tuple] = []  # state records bound for other partitions
         self.assoc: list[tuple] = []
         self.store: PartitionStore | None = None
+        # per-flow functions, looked up once rather than once per key
+        self.state_order = task.stage.state.order if task.stage.state else None
+        self.state_route = task.stage.state.route if task.stage.state else None
+        self.orders = [(inp.flow_name, inp.order) for inp in task.stage.inputs]
 
     def _err(self, cls, detail: str, **kw) -> EpochError:
         return cls(detail, stage=self.stage.name, epoch=self.t.epoch, **kw)
@@ -257,16 +261,16 @@ class _PartitionRun:
         try:
             if stage.state is not None:
                 flow = STATE
-                args.append(iter(sort_by(stage.state.order, state_recs)))
-            for fi, inp in enumerate(stage.inputs):
-                flow = inp.flow_name
+                order = self.state_order
+                args.append(iter(state_recs if order is None else sort_by(order, state_recs)))
+            for fi, (flow, order) in enumerate(self.orders):  # noqa: B007 (flow names errors)
                 recs = per_flow[fi]
                 if bcast is not None and bcast[fi]:  # one shared copy per partition
                     recs = recs + [
                         r for r, only in bcast[fi]
                         if only is None or _present(only, enc, groups, state_of, self.flows)
                     ]
-                args.append(iter(sort_by(inp.order, recs)))
+                args.append(iter(recs if order is None else sort_by(order, recs)))
         except BadRoute as e:
             raise self._err(RouteError, str(e), flow=flow, key=key, has_key=True) from None
         try:
@@ -290,7 +294,7 @@ class _PartitionRun:
         for rec in writes:
             self.state_written.append((rec, key))
             try:
-                senc, skey = state_key(stage.state.route, rec)
+                senc, skey = state_key(self.state_route, rec)
             except BadRoute as e:
                 raise self._err(RouteError, str(e), flow=STATE, key=key, record=rec,
                                 has_key=True, has_record=True) from None

@@ -1,6 +1,21 @@
 #!/usr/bin/env bash
-# Make sure a Java 17+ runtime is present for Spark; install OpenJDK 17 with apt if not.
+# System packages strata needs: a Java 17+ runtime for Spark (required) and Graphviz's
+# `dot` for `strata graph --out FILE.png|svg` (optional). Installed with apt if missing.
 set -euo pipefail
+
+ensure_graphviz() {
+  if command -v dot >/dev/null 2>&1; then
+    echo "graphviz: found $(dot -V 2>&1)"
+  elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    echo "graphviz: installing with apt (for strata graph PNG/SVG output)..."
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; } \
+      || echo "warning: could not install graphviz; strata graph can still write .dot files"
+  else
+    echo "note: graphviz (dot) is not installed; strata graph can write .dot files only." \
+         "Install it with: sudo apt-get install graphviz"
+  fi
+}
 
 java_major() {
   "$1" -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
@@ -11,6 +26,7 @@ for candidate in "${JAVA_HOME:+$JAVA_HOME/bin/java}" "$(command -v java || true)
     major=$(java_major "$candidate")
     if [ "${major:-0}" -ge 17 ]; then
       echo "java: found Java $major at $candidate"
+      ensure_graphviz
       exit 0
     fi
   fi
@@ -35,3 +51,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 echo "java: installed $(java -version 2>&1 | head -n 1)"
+ensure_graphviz

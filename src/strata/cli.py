@@ -1,0 +1,595 @@
+"""The ``strata`` command: run a dataflow over a home, ingest input, inspect, draw.
+
+Only ``strata run`` starts Spark; ``ingest``, ``status``, ``show`` and ``graph``
+read the home's catalog and files directly. Errors strata reports (bad input, a
+failed epoch, a missing home) are printed as one clean message on stderr with exit
+code 1; a home held by another controller exits with 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from strata.model.errors import StrataError
+
+EXIT_ERROR = 1
+EXIT_LOCKED = 2
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    name="strata",
+    help="strata: stateful bulk-incremental dataflows on Apache Spark.\n\n"
+         "A home directory holds a dataflow's catalog, state and flows: `strata run "
+         "PIPELINE --home DIR` creates it and runs every runnable epoch, `strata ingest` "
+         "appends input, `strata status` and `strata show` look inside, `strata graph` "
+         "draws the dataflow.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",
+)
+
+HomeOption = Annotated[
+    Path,
+    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True, file_okay=False,
+                 help="The strata home directory (catalog, state, flows)."),
+]
+PipelineArg = Annotated[
+    str,
+    typer.Argument(metavar="PIPELINE", show_default=False,
+                   help="The dataflow: a FILE.py or a MODULE, optionally :ATTR (a Dataflow or "
+                        "a function returning one); by default the `dataflow` attribute, the "
+                        "only Dataflow, or `build_dataflow()`."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (no tables).")]
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    text = Text("error: ", style="bold red")
+    text.append(message, style="red")
+    _err().print(text)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _reported(traceback: bool | None = None) -> Iterator[None]:
+    """Turn StrataErrors into a clean message and exit code (no traceback).
+
+    ``traceback``: for a failed epoch, print the user code's traceback (True), or
+    say how to see it (False); None where no epoch runs.
+    """
+    try:
+        yield
+    except StrataError as e:
+        from strata.controller.controller import HomeLockedError
+        from strata.model.errors import EpochError
+
+        message = str(e)
+        cause = e.cause if isinstance(e, EpochError) else None
+        if cause and traceback:
+            _err().print(Text(cause.rstrip(), style="dim"))
+        elif cause and traceback is False:
+            message += "\n  (`strata run --traceback` prints the whole traceback)"
+        _fail(message, EXIT_LOCKED if isinstance(e, HomeLockedError) else EXIT_ERROR)
+
+
+def _home_path(home: Path) -> str:
+    return str(home.expanduser().resolve())
+
+
+def _existing_home(home: Path) -> str:
+    path = _home_path(home)
+    if not os.path.isfile(os.path.join(path, "catalog.sqlite")):
+        raise StrataError(f"no strata home at {home}; `strata run PIPELINE --home {home}` "
+                          "creates one")
+    return path
+
+
+def _catalog(home: str):
+    from strata.controller.catalog import Catalog
+
+    return Catalog(os.path.join(home, "catalog.sqlite"))
+
+
+def _dumps(obj: Any, **kw: Any) -> str:
+    return json.dumps(obj, default=_json_default, ensure_ascii=False, **kw)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "—"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import strata
+
+        try:
+            spark = version("pyspark")
+        except PackageNotFoundError:
+            spark = "not installed"
+        typer.echo(f"strata {strata.__version__} (PySpark {spark}, Python "
+                   f"{sys.version.split()[0]})")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """strata: stateful bulk-incremental dataflows on Apache Spark."""
+
+
+# -- run -------------------------------------------------------------------------------
+def _flows_text(records: dict[str, int]) -> str:
+    if not records:
+        return "—"
+    return ", ".join(f"{flow} {n:,}" for flow, n in records.items())
+
+
+@app.command()
+def run(
+    pipeline: PipelineArg,
+    home: HomeOption,
+    master: Annotated[str | None, typer.Option(
+        help="Spark master URL (spark://…, yarn, k8s://…). Default: the active Spark "
+             "session, else $STRATA_MASTER, else local[*].")] = None,
+    mode: Annotated[Literal["direct", "blackbox"], typer.Option(
+        help="Execution mode: direct (state stays partitioned, per-epoch work follows the "
+             "increment) or blackbox (re-shuffles the whole state every epoch).")] = "direct",
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", min=1,
+        help="State partitions of stages that have not run yet (default: Spark's "
+             "parallelism, at least 2).")] = None,
+    until_idle: Annotated[bool, typer.Option(
+        "--until-idle/--forever",
+        help="Stop when nothing is runnable (default), or keep polling for new input "
+             "until Ctrl-C.")] = True,
+    max_epochs: Annotated[int | None, typer.Option(
+        min=1, help="Stop after this many stage epochs.")] = None,
+    poll: Annotated[float, typer.Option(
+        min=0.1, help="With --forever: seconds between checks for new input.")] = 5.0,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object at the end (the epoch reports) and no "
+                       "progress on stdout.")] = False,
+    traceback: Annotated[bool, typer.Option(
+        "--traceback", help="When an epoch fails in user code, print its traceback too."
+    )] = False,
+) -> None:
+    """Run the dataflow PIPELINE over the home: every runnable stage epoch, until idle.
+
+    Creates the home on first use (registering the dataflow's flows), so that
+    `strata ingest` can then append input to it.
+    """
+    from strata.controller.controller import Controller
+    from strata.pipeline import load_dataflow
+
+    with _reported(traceback):
+        path = _home_path(home)
+        dataflow = load_dataflow(pipeline)
+        reports: list = []
+        stopped = "idle"
+        in_epoch: list[tuple[str, int]] = []
+        console = _err() if json_out else _out()
+        show_progress = not json_out or sys.stderr.isatty()
+        t0 = time.perf_counter()
+        with Controller(path, dataflow, master=master, mode=mode,
+                        num_partitions=partitions) as controller:
+            width = max(len(n) for n in controller.units)
+            status = console.status("checking for input…", spinner="dots")
+
+            def on_start(stage: str, epoch: int) -> None:
+                in_epoch[:] = [(stage, epoch)]
+                starting = " (starting Spark…)" if controller._runner is None else ""
+                status.update(f"[bold]{escape(stage)}[/] epoch {epoch} running{starting}")
+
+            def on_epoch(report) -> None:
+                in_epoch.clear()
+                if not json_out:
+                    line = Text(f"✓ {report.stage:<{width}}  epoch {report.epoch:<4} ",
+                                style="green")
+                    line.append(f" in: {_flows_text(report.records_in)}  "
+                                f"out: {_flows_text(report.records_out)}  "
+                                f"{report.seconds:.2f} s", style="default")
+                    if report.recovered:
+                        line.append("  (recovered: an interrupted epoch, finished)", style="yellow")
+                    console.print(line)
+                status.update("checking for input…")
+
+            if show_progress:
+                status.start()
+            try:
+                while True:
+                    left = None if max_epochs is None else max_epochs - len(reports)
+                    reports += controller.run(max_epochs=left, on_epoch=on_epoch,
+                                              on_start=on_start)
+                    if max_epochs is not None and len(reports) >= max_epochs:
+                        stopped = "max-epochs"
+                        break
+                    if until_idle:
+                        break
+                    status.update(f"idle: checking for new input every {poll:g} s "
+                                  "(Ctrl-C stops)")
+                    time.sleep(poll)
+            except KeyboardInterrupt:
+                stopped = "interrupted"
+            except Exception as e:
+                if not type(e).__module__.startswith(("pyspark", "py4j")):
+                    raise
+                raise StrataError(_spark_failure(e)) from None
+            finally:
+                status.stop()
+        seconds = time.perf_counter() - t0
+        if json_out:
+            typer.echo(_dumps({
+                "home": path, "dataflow": dataflow.name, "epochs": len(reports),
+                "reports": [r.to_json() for r in reports], "seconds": round(seconds, 3),
+                "stopped": stopped,
+            }))
+        else:
+            _run_summary(console, path, dataflow, reports, seconds, stopped)
+        if stopped == "interrupted" and in_epoch:
+            stage, epoch = in_epoch[0]
+            _err().print(Text(f"interrupted during epoch {epoch} of {stage}; the next "
+                              "`strata run` finishes it (nothing is lost or applied twice)",
+                              style="yellow"))
+            raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _spark_failure(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    msg = f"Spark failed: {type(e).__name__}: {text[:1500]}"
+    if "JAVA_GATEWAY_EXITED" in text or "Java gateway" in text:
+        msg += (" (Spark could not start: is Java 17 or newer installed, and JAVA_HOME "
+                "right or unset?)")
+    return msg
+
+
+def _run_summary(console: Console, home: str, dataflow, reports: list, seconds: float,
+                 stopped: str) -> None:
+    if reports:
+        n = len(reports)
+        why = {"idle": "nothing more is runnable", "max-epochs": "--max-epochs reached",
+               "interrupted": "interrupted"}[stopped]
+        console.print(f"{n} epoch{'s' if n != 1 else ''} in {seconds:.1f} s; {why}.")
+        return
+    if stopped == "interrupted":
+        console.print("interrupted; no epoch ran.")
+        return
+    sources = ", ".join(f.name for f in dataflow.sources) or "none"
+    console.print(f"nothing to run: no input is waiting (external inputs: {sources}). "
+                  f"Append some with `strata ingest --home {home} FLOW FILE…`.")
+
+
+# -- ingest ----------------------------------------------------------------------------
+@app.command()
+def ingest(
+    flow: Annotated[str, typer.Argument(metavar="FLOW", show_default=False,
+                                        help="The external input flow to append to.")],
+    paths: Annotated[list[Path], typer.Argument(
+        metavar="PATH...", show_default=False,
+        help="Files to append, together as one increment (checked against the flow's "
+             "schema first; a bad file appends nothing).")],
+    home: HomeOption,
+    fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
+        "--format", help="File format (default: from each file's extension).")] = None,
+    end_frame: Annotated[bool, typer.Option(
+        "--end-frame", help="Close the open frame after this increment (for consumers "
+                            "with frame_by).")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Append the files PATH... to the external input FLOW as one increment.
+
+    Works while a controller runs; the next `strata run` (or the running one) reads it.
+    """
+    from strata.controller.controller import ingest as do_ingest
+
+    with _reported():
+        path = _existing_home(home)
+        n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
+        catalog = _catalog(path)
+        try:
+            records = next((inc.records for _, producer, epoch, inc in
+                            catalog.flow_increments(flow)
+                            if producer == "ingest" and epoch == n), None)
+            consumers = catalog.consumers(flow)
+        finally:
+            catalog.close()
+        if json_out:
+            typer.echo(_dumps({"flow": flow, "increment": n, "records": records,
+                               "files": [str(p) for p in paths], "end_frame": end_frame,
+                               "consumers": consumers}))
+            return
+        count = f"{records:,}" if records is not None else "the"
+        console = _out()
+        console.print(f"ingested {count} records into [bold]{escape(flow)}[/] as increment "
+                      f"{n}" + (" (frame closed)" if end_frame else ""))
+        if consumers:
+            console.print(f"waiting for: {', '.join(consumers)}; `strata run PIPELINE --home "
+                          f"{escape(str(home))}` processes it")
+        else:
+            console.print("no stage reads this flow; the increment is kept")
+
+
+# -- status ----------------------------------------------------------------------------
+def _stage_dir(home: str, stage: str):
+    from strata.physical import fs
+    from strata.physical.state import StateDir
+
+    return StateDir(fs.join(home, "state", stage), stage)
+
+
+def collect_status(home: str) -> dict:
+    """Everything ``strata status`` shows, as plain data."""
+    catalog = _catalog(home)
+    try:
+        db = catalog.db
+        stages = []
+        for (name,) in db.execute("SELECT name FROM stages ORDER BY rowid"):
+            row = catalog.stage_row(name)
+            snap = _stage_dir(home, name).current()
+            stages.append({
+                "stage": name, "epochs": row["epochs"], "state_epoch": snap.epoch,
+                "state_bytes": snap.total_bytes, "mode": snap.mode if snap.epoch else None,
+                "partitions": snap.num_partitions or None, "last_run": row["last_run"],
+                "waiting_since": row["waiting_since"],
+            })
+        connectors = []
+        for flow, consumer in catalog.connectors():
+            framed = catalog.queue(flow, consumer, framed=True)
+            raw = catalog.queue(flow, consumer, framed=False)
+            _, open_frame, _ = catalog.framing(flow, consumer)
+            connectors.append({
+                "flow": flow, "consumer": consumer,
+                "queued": len(framed) + len(raw),
+                "queued_records": sum(q.increment.records for q in framed + raw),
+                "framed": len(framed), "framed_records": sum(q.increment.records for q in framed),
+                "unframed": len(raw), "unframed_records": sum(q.increment.records for q in raw),
+                "open_frame_records": open_frame["records"] if open_frame else 0,
+            })
+        consumed = {f for f, _ in catalog.connectors()}
+        terminal = []
+        for name, info in catalog.flows().items():
+            if name in consumed or info["external"]:
+                continue
+            incs = [(p, e, inc) for _, p, e, inc in catalog.flow_increments(name)]
+            terminal.append({
+                "flow": name, "producer": info["producer"], "increments": len(incs),
+                "records": sum(inc.records for _, _, inc in incs),
+                "bytes": sum(inc.bytes for _, _, inc in incs),
+                "epochs": [e for _, e, _ in incs],
+            })
+        unfinished = [{"stage": s, "epoch": e} for _, s, e, _ in catalog.unapplied()]
+        inputs = sorted(n for n, f in catalog.flows().items() if f["external"])
+    finally:
+        catalog.close()
+    return {"home": home, "stages": stages, "connectors": connectors,
+            "terminal_flows": terminal, "external_inputs": inputs,
+            "unfinished_epochs": unfinished}
+
+
+@app.command()
+def status(home: HomeOption, json_out: JsonOption = False) -> None:
+    """Show the home: epochs and state size per stage, queued input per connector, and
+    the increments kept for each terminal flow."""
+    with _reported():
+        info = collect_status(_existing_home(home))
+        if json_out:
+            typer.echo(_dumps(info))
+            return
+        console = _out()
+        console.print(f"strata home [bold]{escape(info['home'])}[/]")
+        t = Table(title="stages", title_justify="left")
+        for col in ("stage", "epochs", "state", "partitions", "mode", "last run"):
+            t.add_column(col, justify="right" if col in ("epochs", "state", "partitions")
+                         else "left")
+        for s in info["stages"]:
+            t.add_row(s["stage"], str(s["epochs"]), _size(s["state_bytes"]),
+                      str(s["partitions"] or "—"), s["mode"] or "—", _when(s["last_run"]))
+        console.print(t)
+        t = Table(title="queued input (per flow and consuming stage)", title_justify="left")
+        for col in ("flow", "consumer", "increments", "records", "not yet framed",
+                    "open frame"):
+            t.add_column(col, justify="left" if col in ("flow", "consumer") else "right")
+        for c in info["connectors"]:
+            t.add_row(c["flow"], c["consumer"], str(c["queued"]), f"{c['queued_records']:,}",
+                      str(c["unframed"]), f"{c['open_frame_records']:,} records"
+                      if c["open_frame_records"] else "—")
+        console.print(t)
+        if info["terminal_flows"]:
+            t = Table(title="terminal flows (increments kept)", title_justify="left")
+            for col in ("flow", "producer", "increments", "records", "size", "epochs"):
+                t.add_column(col, justify="left" if col in ("flow", "producer", "epochs")
+                             else "right")
+            for f in info["terminal_flows"]:
+                eps = f["epochs"]
+                span = "—" if not eps else (str(eps[0]) if len(eps) == 1
+                                            else f"{eps[0]}–{eps[-1]}")
+                t.add_row(f["flow"], f["producer"] or "—", str(f["increments"]),
+                          f"{f['records']:,}", _size(f["bytes"]), span)
+            console.print(t)
+        for u in info["unfinished_epochs"]:
+            console.print(Text(f"unfinished epoch {u['epoch']} of {u['stage']} (interrupted "
+                               "by a crash, an error or Ctrl-C): the next `strata run` "
+                               "completes it", style="yellow"))
+
+
+# -- show ------------------------------------------------------------------------------
+def state_records(home: str, stage: str) -> tuple[int, list[dict]]:
+    """A stage's committed state records and epoch, read from files (no Spark).
+
+    The same as ``SparkStageRunner.state_records``: direct-mode runs plus the records
+    bound for another partition (pending), or the black-box state files.
+    """
+    sd = _stage_dir(home, stage)
+    snap = sd.current()
+    return snap.epoch, sd.records(snap)
+
+
+def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
+                  ) -> tuple[str, list[dict]]:
+    catalog = _catalog(home)
+    try:
+        flows = catalog.flows()
+        stages = catalog.stages()
+        if flow.endswith(".state"):
+            stage = flow[: -len(".state")]
+            if stage not in stages:
+                raise StrataError(f"home has no stage {stage!r} (stages: "
+                                  f"{', '.join(stages) or 'none'})")
+            if all_:
+                raise StrataError("--all does not apply to state: only the current state is "
+                                  "kept")
+            current, recs = state_records(home, stage)
+            if epoch is not None and epoch != current:
+                raise StrataError(f"stage {stage!r} keeps only its current state (epoch "
+                                  f"{current}), not epoch {epoch}")
+            return f"state of {stage} after epoch {current}", recs
+        if flow not in flows:
+            raise StrataError(
+                f"home has no flow {flow!r}; flows: {', '.join(sorted(flows)) or 'none'}; "
+                f"stage states: {', '.join(s + '.state' for s in stages) or 'none'}")
+        incs = [(p, e, inc) for _, p, e, inc in catalog.flow_increments(flow)
+                if not p.startswith("frame:") and not p.endswith(":end")]
+    finally:
+        catalog.close()
+    writer = "ingest" if flows[flow]["external"] else "epoch"
+    if not incs:
+        raise StrataError(
+            f"flow {flow!r} has no stored increments (an increment is deleted once every "
+            "consuming stage has read it; terminal flows keep theirs)")
+    if epoch is not None:
+        picked = [x for x in incs if x[1] == epoch]
+        if not picked:
+            raise StrataError(f"flow {flow!r} has no stored increment from {writer} {epoch}; "
+                              f"stored: {', '.join(str(e) for _, e, _ in incs)}")
+    elif all_:
+        picked = incs
+    else:
+        picked = incs[-1:]
+    from strata.physical.increments import read_records
+
+    recs = [r for _, _, inc in picked for r in read_records(inc.files)]
+    eps = [e for _, e, _ in picked]
+    what = (f"{writer} {eps[0]}" if len(eps) == 1
+            else f"{len(eps)} increments ({writer}s {eps[0]}–{eps[-1]})")
+    return f"{flow}, {what}", recs
+
+
+@app.command()
+def show(
+    flow: Annotated[str, typer.Argument(
+        metavar="FLOW", show_default=False,
+        help="A flow name, or STAGE.state for a stage's current state.")],
+    home: HomeOption,
+    epoch: Annotated[int | None, typer.Option(
+        help="The increment written in epoch N of the flow's producer (or ingest N).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="All stored increments, oldest first.")
+                    ] = False,
+    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
+        "--format", help="A table, or one JSON record per line.")] = "table",
+    limit: Annotated[int | None, typer.Option(
+        min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")
+                     ] = None,
+) -> None:
+    """Print the records of FLOW's newest stored increment (or --epoch N, or --all), or of
+    a stage's state (FLOW = STAGE.state)."""
+    with _reported():
+        if epoch is not None and all_:
+            raise StrataError("give either --epoch N or --all, not both")
+        title, recs = _flow_records(_existing_home(home), flow, epoch, all_)
+        if fmt == "jsonl":
+            out = sys.stdout
+            for rec in recs if limit is None else recs[:limit]:
+                out.write(_dumps(rec) + "\n")
+            out.flush()
+            return
+        shown = recs[: 50 if limit is None else limit]
+        table = Table(title=f"{title}: {len(recs):,} record{'s' if len(recs) != 1 else ''}",
+                      title_justify="left")
+        columns: list[str] = []
+        for rec in shown:
+            columns += [c for c in rec if c not in columns]
+        for c in columns:
+            table.add_column(c, overflow="fold")
+        for rec in shown:
+            table.add_row(*[_cell(rec.get(c)) for c in columns])
+        console = _out()
+        console.print(table)
+        if len(recs) > len(shown):
+            console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return _dumps(value)
+
+
+# -- graph -----------------------------------------------------------------------------
+@app.command()
+def graph(
+    pipeline: PipelineArg,
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", dir_okay=False,
+        help="The picture to write: FILE.png, FILE.svg, FILE.pdf (need Graphviz's `dot`) "
+             "or FILE.dot (the Graphviz source).")],
+    legend: Annotated[bool, typer.Option(help="Explain the marks under the title.")] = True,
+) -> None:
+    """Draw the dataflow PIPELINE: stages, flows with their routing, state, cycles."""
+    from strata.graph import render
+    from strata.pipeline import load_dataflow
+
+    with _reported():
+        dataflow = load_dataflow(pipeline)
+        path = render(dataflow, out, legend=legend)
+        _out().print(f"wrote {escape(str(path))} ({len(dataflow.stages)} stages, "
+                     f"{len(dataflow.flows)} flows)")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
