@@ -1,0 +1,113 @@
+"""kill -9 at many points of a run, then run again: the result equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from strata.controller import Controller, ingest
+from strata.physical.increments import read_records
+from strata.physical.runner import SparkStageRunner
+from tests.recovery.pipeline import batches, build_dataflow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Named crash points (strata.faults) and which occurrence to die at: before and after
+# the write-ahead intent, during the Spark job, around the state manifest switch,
+# inside the catalog transaction that applies an epoch, in framing, in GC.
+CRASH_POINTS = [
+    "after-intent:1", "after-intent:2", "after-intent:4",
+    "during-job:1", "during-job:3",
+    "before-manifest:1", "before-manifest:3",
+    "between-manifest-and-current:1", "between-manifest-and-current:2",
+    "between-manifest-and-current:5",
+    "after-manifest:2",
+    "after-spark-commit:1", "after-spark-commit:3", "after-spark-commit:6",
+    "inside-apply:1", "inside-apply:2", "inside-apply:5",
+    "after-apply:3",
+    "gc-after-commit:1", "gc-after-commit:4",
+    "framing-before-commit:1", "after-apply:1",
+]
+
+
+def _ingest_all(home: Path) -> None:
+    Controller(home, build_dataflow()).close()  # registers the dataflow in the home
+    for flow, records, end in batches():
+        ingest(str(home), flow, records, end_frame=end)
+
+
+def _worker(home: Path, crash: str | None = None, kill_after: float | None = None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("STRATA_CRASH_AT", None)
+    if crash:
+        env["STRATA_CRASH_AT"] = crash
+    cmd = [sys.executable, "-m", "tests.recovery.worker", str(home)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if kill_after is not None:
+        time.sleep(kill_after)
+        proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+
+
+def _results(home: Path, spark) -> dict:
+    """Every stored output increment and every stage's state, sorted, as JSON text."""
+    df = build_dataflow()
+    with Controller(home, df, spark=spark, num_partitions=2) as c:
+        assert not c.catalog.unapplied()
+        outputs = {
+            flow: [(producer, epoch, sorted(json.dumps(r, sort_keys=True)
+                                            for r in read_records(inc.files)))
+                   for _, producer, epoch, inc in c.catalog.flow_increments(flow)]
+            for flow in ("counts", "hourly")
+        }
+        queued = {f"{f}->{s}": len(c.catalog.queue(f, s, framed=None))
+                  for f, s in c.catalog.connectors()}
+    runner = SparkStageRunner(str(home), spark)
+    state = {s: sorted(json.dumps(r, sort_keys=True) for r in runner.state_records(df.stages[s]))
+             for s in ("count", "per_hour")}
+    return {"outputs": outputs, "state": state, "queued": queued}
+
+
+@pytest.fixture(scope="module")
+def expected(spark, tmp_path_factory):
+    home = tmp_path_factory.mktemp("uninterrupted")
+    _ingest_all(home)
+    with Controller(home, build_dataflow(), spark=spark, num_partitions=2) as c:
+        c.run()
+    res = _results(home, spark)
+    assert [e for _, e, _ in res["outputs"]["counts"]] == [1, 2, 3]
+    assert len(res["outputs"]["hourly"]) == 3 and res["state"]["per_hour"]
+    return res
+
+
+def _crash(home: Path, crash: str | None, kill_after: float | None) -> bool:
+    """Ingest everything, then run a controller process that is killed with SIGKILL."""
+    _ingest_all(home)
+    rc, err = _worker(home, crash=crash, kill_after=kill_after)
+    crashed = rc == -signal.SIGKILL
+    assert crashed or (kill_after is not None and rc == 0), f"{crash}: rc={rc}\n{err[-2000:]}"
+    return crashed
+
+
+def test_kill_9_anywhere_then_resume_gives_the_uninterrupted_result(spark, tmp_path, expected):
+    cases = [(p, None) for p in CRASH_POINTS] + [(None, t) for t in (10.0, 14.0)]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the crashing processes, two at a time
+        crashed = list(pool.map(
+            lambda i_case: _crash(tmp_path / f"case{i_case[0]}", *i_case[1]), enumerate(cases)))
+    assert all(crashed[: len(CRASH_POINTS)])  # every named point was reached and killed
+    for i, (point, delay) in enumerate(cases):
+        home = tmp_path / f"case{i}"
+        # `strata run` again (here in this process, on the test session's Spark)
+        with Controller(home, build_dataflow(), spark=spark, num_partitions=2) as c:
+            c.run()
+        assert _results(home, spark) == expected, f"after kill at {point or f'{delay}s'}"
