@@ -219,3 +219,19 @@ def test_bad_ingest_is_rejected_whole(spark, tmp_path):
             c.ingest("urls", [bad])
         assert c.catalog.flow_increments("urls") == []
         assert c.run() == []
+
+
+def test_flows_read_as_arrow_pandas_and_spark(spark, tmp_path):
+    from strata.apps.urlcount import urlcount_dataflow
+
+    with _controller(tmp_path, urlcount_dataflow(), spark) as c:
+        c.ingest("urls", [{"url": "a"}, {"url": "b"}, {"url": "a"}])
+        c.ingest("urls", [{"url": "b"}])
+        c.run()
+        assert [e for e, _ in c.stored_increments("counts")] == [1, 2]
+        latest = c.read_flow("counts", epoch=2).to_pandas()
+        everything = c.flow_dataframe("counts").orderBy("url", "count").collect()
+        state = sorted((r["url"], r["count"]) for r in c.state_records("count"))
+    assert latest.to_dict("records") == [{"url": "b", "count": 2}]
+    assert [(r["url"], r["count"]) for r in everything] == [("a", 2), ("b", 1), ("b", 2)]
+    assert state == [("a", 2), ("b", 2)]

@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
 from strata.controller.catalog import Catalog
 from strata.controller.runnability import normalize, runnable_all
 from strata.faults import crashpoint
@@ -172,6 +176,30 @@ class Controller:
                fmt: str | None = None, end_frame: bool = False) -> int:
         """Append one increment to external input ``flow`` (see :func:`ingest`)."""
         return ingest(self.home, flow, source, fmt, end_frame=end_frame, catalog=self.catalog)
+
+    def stored_increments(self, flow: str) -> list[tuple[int, Increment]]:
+        """``(epoch, increment)`` of every stored increment of ``flow``, oldest first.
+        Epochs are the producer's (or the ingest number for external inputs)."""
+        return [(e, inc) for _, p, e, inc in self.catalog.flow_increments(flow)
+                if not p.startswith("frame:") and not p.endswith(":end")]
+
+    def read_flow(self, flow: str, epoch: int | None = None) -> pa.Table:
+        """Records of ``flow``'s stored increments (or of the one from ``epoch``) as an
+        Arrow table; ``.to_pandas()`` gives pandas."""
+        schema = self.dataflow.flows[flow].schema
+        files = [f for e, inc in self.stored_increments(flow) if epoch in (None, e)
+                 for f in inc.files]
+        tables = [pq.read_table(f, schema=schema) for f in files]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def flow_dataframe(self, flow: str, epoch: int | None = None) -> DataFrame:
+        """The same records as a Spark DataFrame."""
+        files = [f for e, inc in self.stored_increments(flow) if epoch in (None, e)
+                 for f in inc.files]
+        spark = self.runner.spark
+        if not files:
+            return spark.createDataFrame([], schema=to_ddl(self.dataflow.flows[flow].schema))
+        return spark.read.parquet(*files)
 
     def state_records(self, stage: str) -> list[dict]:
         """A stage's committed state records."""
