@@ -29,7 +29,7 @@ def runnable_all(required: Sequence[str]) -> Runnable:
         ready = {f for f, ks in keys.items() if ks}
         return ready, ready, state
 
-    return decide
+    return _named(decide, f"runnable_all({', '.join(required)})")
 
 
 def runnable_any(keys: FramingKeys, state: Any) -> Decision:
@@ -54,7 +54,7 @@ def synchronized(a: str, b: str) -> Runnable:
         first = a if ka[0] < kb[0] else b
         return {first}, {first}, state
 
-    return decide
+    return _named(decide, f"synchronized({a}, {b})")
 
 
 def prefer(weights: Mapping[str, int]) -> Runnable:
@@ -71,7 +71,7 @@ def prefer(weights: Mapping[str, int]) -> Runnable:
         counts[pick] += 1
         return {pick}, {pick}, counts
 
-    return decide
+    return _named(decide, "prefer(" + ", ".join(f"{f}={w}" for f, w in weights.items()) + ")")
 
 
 def lookup_table(table: str, stream: str) -> Runnable:
@@ -84,7 +84,13 @@ def lookup_table(table: str, stream: str) -> Runnable:
             return set(), set(), state
         return {stream: 1, table: len(t)}, {stream: 1}, state
 
-    return decide
+    return _named(decide, f"lookup_table({table}, {stream})")
+
+
+def _named(fn: Runnable, name: str) -> Runnable:
+    """Give a returned rule a readable name (for graphs and error messages)."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 def normalize(spec: Mapping[str, int] | set[str] | Sequence[str]) -> dict[str, int]:
