@@ -172,3 +172,36 @@ def test_schema_ddl_round_trips():
            "d decimal(10,2), e timestamp, f date, g binary, h timestamp_ntz, i string")
     assert to_ddl(parse_ddl(ddl)) == ddl
     assert parse_ddl("n long, s string") == parse_ddl("n bigint, s string")
+
+
+def _typed_state(key, state, items, *, out):
+    prev = next(state, None)
+    seen = dict(prev["m"]) if prev else {}
+    for it in items:
+        seen[it["v"]] = seen.get(it["v"], 0) + 1
+    # an int written to a double column, a dict to a map column
+    out.state({"k": key, "total": sum(seen.values()), "m": seen})
+    if prev is not None:
+        out.write("seen", {"k": key, "m_type": type(prev["m"]).__name__,
+                           "total_type": type(prev["total"]).__name__})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_records_are_what_their_schema_makes_them_in_every_mode(spark, tmp_path, mode):
+    df = Dataflow("t")
+    items = df.source("items", "k string, v bigint")
+    st = df.stage("s", _typed_state, inputs=[Input(items, route_by="k")],
+                  outputs={"seen": "k string, m_type string, total_type string"},
+                  state=State("k string, total double, m map<bigint,bigint>", route_by="k"))
+    runner = SparkStageRunner(str(tmp_path), spark, mode=mode, num_partitions=2)
+    ref = ReferenceExecutor()
+    batch = [{"k": "a", "v": 1}, {"k": "a", "v": 2}]
+    for _ in range(2):
+        runner.run_epoch(st, {"items": increment(tmp_path, items, batch)})
+        expected = ref.run(st, {"items": batch})["seen"]
+    from strata.physical.increments import read_records
+
+    got = read_records(runner.committed(st).outputs["seen"].files)
+    assert got == expected == [{"k": "a", "m_type": "dict", "total_type": "float"}]
+    assert runner.state_records(st) == ref.state_records(st) == [
+        {"k": "a", "total": 4.0, "m": {1: 2, 2: 2}}]

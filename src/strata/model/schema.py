@@ -129,6 +129,15 @@ def first_misfit(records: Sequence[dict], schema: pa.Schema) -> tuple[int, dict,
     return None
 
 
+def records_of(data: pa.Table | pa.RecordBatch) -> list[dict]:
+    """Python records of Arrow data, as every flow hands them to translate (maps as dicts).
+
+    Records are what their schema makes of them: a value written as ``1`` to a
+    ``double`` column is read back as ``1.0`` in every execution mode.
+    """
+    return data.to_pylist(maps_as_pydicts="strict")
+
+
 def to_table(records: Sequence[dict], schema: pa.Schema) -> pa.Table | tuple[int, dict, str]:
     """Records as an Arrow table, or the first misfit ``(index, record, reason)``."""
     names = set(schema.names)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from strata.model.dataflow import Dataflow, Stage
 from strata.model.emitter import Emitter, UnknownOutput
 from strata.model.errors import OutputError, SchemaError, TranslateError
-from strata.model.schema import to_table
+from strata.model.schema import records_of, to_table
 
 
 @dataclass(frozen=True)
@@ -150,10 +150,10 @@ def apply_chain(chain: Iterable[Stage], records: list[dict], epoch: int) -> list
                 raise TranslateError(f"{type(e).__name__}: {e}", stage=st.name, epoch=epoch,
                                      record=rec, has_record=True,
                                      cause=traceback.format_exc()) from None
-        records = out.outputs[flow]
-        checked = to_table(records, st[flow].schema)
+        checked = to_table(out.outputs[flow], st[flow].schema)
         if isinstance(checked, tuple):
             _, rec, why = checked
             raise SchemaError(why, stage=st.name, epoch=epoch, flow=flow, record=rec,
                               has_record=True)
+        records = records_of(checked)  # as a stored flow would hand them on
     return records

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from strata.model.schema import records_of
 from strata.physical.fs import resolve
 
 
@@ -57,7 +58,7 @@ def iter_batches(uri: str, batch_size: int = 65536) -> Iterator[list[dict]]:
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
-            yield batch.to_pylist()
+            yield records_of(batch)
 
 
 def read_records(files: Sequence[str]) -> list[dict]:

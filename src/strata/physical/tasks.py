@@ -39,7 +39,7 @@ from strata.model.route_eval import (
     sort_by,
     state_key,
 )
-from strata.model.schema import to_table
+from strata.model.schema import records_of, to_table
 from strata.physical import fs
 from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
 from strata.physical.increments import iter_batches, iter_records, write_table
@@ -293,15 +293,6 @@ class _PartitionRun:
         writes, assoc = out.take_state_and_associations()
         for rec in writes:
             self.state_written.append((rec, key))
-            try:
-                senc, skey = state_key(self.state_route, rec)
-            except BadRoute as e:
-                raise self._err(RouteError, str(e), flow=STATE, key=key, record=rec,
-                                has_key=True, has_record=True) from None
-            if self.t.mode == "blackbox" or partition_of(senc, self.t.num_partitions) == self.p:
-                self.local.setdefault(senc, [skey, []])[1].append(rec)
-            else:
-                self.remote.append((P, senc, skey, rec))
         for akey, address in assoc:
             self.assoc.append((A, encode_key(address), encode_key(akey), akey))
 
@@ -314,14 +305,14 @@ class _PartitionRun:
                 table = self._table(name, buf, self.stage[name].schema)
                 chain = t.fusion.post.get(name)
                 if chain:  # record-wise stages fused after this output
-                    buf = apply_chain(chain, buf, t.epoch)
+                    buf = apply_chain(chain, records_of(table), t.epoch)
                     table = to_table(buf, chain[-1][chain[-1].output_names[0]].schema)
                     name = t.fusion.tail(name)
                 if buf:
                     uri = t.output_uri(name, p)
                     result["outputs"][name] = (uri, len(buf), write_table(uri, table))
         if st is not None:
-            self._check_state_schema(st.arrow_schema)
+            self._place_state(st.arrow_schema)
             if t.mode == "blackbox":
                 if st.grouping == "inner":  # carry the unread state forward
                     for enc, (key, recs) in stored.items():
@@ -378,7 +369,9 @@ class _PartitionRun:
                             has_record=True)
         return res
 
-    def _check_state_schema(self, schema) -> None:
+    def _place_state(self, schema) -> None:
+        """Check the epoch's state writes against the schema, then file each record (as
+        the schema makes it) under its own key: here, or bound for another partition."""
         if not self.state_written:
             return
         res = to_table([r for r, _ in self.state_written], schema)
@@ -386,6 +379,17 @@ class _PartitionRun:
             i, rec, why = res
             raise self._err(SchemaError, why, flow=STATE, key=self.state_written[i][1],
                             has_key=True, record=rec, has_record=True)
+        anywhere = self.t.mode == "blackbox"  # black-box re-shuffles all state anyway
+        for rec, (_, key) in zip(records_of(res), self.state_written, strict=True):
+            try:
+                senc, skey = state_key(self.state_route, rec)
+            except BadRoute as e:
+                raise self._err(RouteError, str(e), flow=STATE, key=key, record=rec,
+                                has_key=True, has_record=True) from None
+            if anywhere or partition_of(senc, self.t.num_partitions) == self.p:
+                self.local.setdefault(senc, [skey, []])[1].append(rec)
+            else:
+                self.remote.append((P, senc, skey, rec))
 
 
 def _present(only, enc, groups, state_of, flows) -> bool:

@@ -27,7 +27,7 @@ from strata.model.route_eval import (
     sort_by,
     state_key,
 )
-from strata.model.schema import to_table
+from strata.model.schema import records_of, to_table
 
 
 @dataclass
@@ -114,11 +114,10 @@ def run_stage_epoch(
                 "translate returned a value; write records with out.write(flow, record) "
                 "(a generator translate never runs its body)",
                 stage=stage.name, epoch=epoch, key=key, has_key=True)
-        for name, buf in out.outputs.items():
-            _check_schema(stage, epoch, name, buf[before[name]:], key)
+        for name, buf in out.outputs.items():  # records are what their schema makes of them
+            buf[before[name]:] = _check_schema(stage, epoch, name, buf[before[name]:], key)
         writes, assoc = out.take_state_and_associations()
-        if writes:
-            _check_schema(stage, epoch, STATE, writes, key)
+        writes = _check_schema(stage, epoch, STATE, writes, key)
         for rec in writes:
             try:
                 enc, skey = state_key(stage.state.route, rec)
@@ -169,15 +168,18 @@ def _receives(target, enc: bytes, keyed, state: RefState) -> bool:
     return False
 
 
-def _check_schema(stage: Stage, epoch: int, flow: str, records: list[dict], key: Any) -> None:
+def _check_schema(stage: Stage, epoch: int, flow: str, records: list[dict],
+                  key: Any) -> list[dict]:
+    """The records as the flow's schema makes them; a misfit stops the epoch."""
     if not records:
-        return
+        return records
     schema = stage.state.arrow_schema if flow == STATE else _flow_schema(stage, flow)
     result = to_table(records, schema)
     if isinstance(result, tuple):
         _, rec, why = result
         raise SchemaError(why, stage=stage.name, epoch=epoch, flow=flow, key=key, record=rec,
                           has_key=True, has_record=True)
+    return records_of(result)
 
 
 def _flow_schema(stage: Stage, flow: str):
