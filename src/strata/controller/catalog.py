@@ -8,7 +8,7 @@ Tables:
                  framing key
 ``queue``        per connector, the ordered increments waiting for the consumer;
                  ``framed = 0`` for arrivals that framing has not cut yet
-``stages``       per stage: epochs run, when it started waiting, runnability state
+``stages``       per stage: epochs run, runnability state, when it last ran
 ``wal``          the controller's intended changes for an epoch, logged before the
                  epoch runs and marked applied in the same transaction that applies
                  them (write-ahead: after a crash, an unapplied entry is re-run or
@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS queue (
     PRIMARY KEY (flow, consumer, pos));
 CREATE TABLE IF NOT EXISTS stages (
     name TEXT PRIMARY KEY, epochs INTEGER NOT NULL DEFAULT 0,
-    waiting_since REAL, runnable_state BLOB, last_run REAL);
+    runnable_state BLOB, last_run REAL);
 CREATE TABLE IF NOT EXISTS wal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL, epoch INTEGER NOT NULL,
     intent TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL);
@@ -199,14 +199,17 @@ class Catalog:
 
     # -- stages ------------------------------------------------------------------------
     def stage_row(self, name: str) -> dict:
-        e, w, rs, last = self.db.execute(
-            "SELECT epochs, waiting_since, runnable_state, last_run FROM stages WHERE name = ?",
+        e, rs, last = self.db.execute(
+            "SELECT epochs, runnable_state, last_run FROM stages WHERE name = ?",
             (name,)).fetchone()
-        return {"epochs": e, "waiting_since": w,
+        return {"epochs": e, "waiting_since": self.waiting_since(name),
                 "runnable_state": pickle.loads(rs) if rs else None, "last_run": last}
 
-    def set_waiting(self, db: sqlite3.Connection, name: str, since: float | None) -> None:
-        db.execute("UPDATE stages SET waiting_since = ? WHERE name = ?", (since, name))
+    def waiting_since(self, consumer: str) -> float | None:
+        """When the oldest increment waiting for ``consumer`` arrived (None: nothing waits)."""
+        return self.db.execute(
+            "SELECT MIN(i.created) FROM queue q JOIN increments i ON i.id = q.increment "
+            "WHERE q.consumer = ?", (consumer,)).fetchone()[0]
 
     # -- write-ahead log ---------------------------------------------------------------
     def log_intent(self, stage: str, epoch: int, intent: dict) -> int:

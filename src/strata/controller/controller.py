@@ -4,7 +4,7 @@ It keeps, per (flow, consuming stage), a *connector*: the queue of increments
 waiting for that consumer. Arrivals (ingested files, stage outputs) are cut into
 input increments by the consumer's ``frame_by``; the stage's runnability function
 decides when it runs and what it reads and removes; the scheduler picks the next
-stage (fewest epochs first, then longest waiting; stages whose outputs are all
+stage (fewest epochs first, then the oldest waiting increment; stages whose outputs are all
 still unread downstream are skipped while others can run).
 
 Each epoch is write-ahead logged: the intent (the exact increments read and
@@ -321,7 +321,6 @@ class Controller:
 
     def _schedule(self) -> tuple[PhysicalStage, dict, dict, Any] | None:
         """The next stage to run with its reads/removes, or None when nothing is runnable."""
-        now = time.time()
         candidates = []
         for name, unit in self.units.items():
             stage = unit.stage
@@ -343,12 +342,8 @@ class Controller:
                         f"{len(keys.get(f, []))} are waiting")
             if not reads:
                 continue
-            if row["waiting_since"] is None:
-                with self.catalog.transaction() as db:
-                    self.catalog.set_waiting(db, name, now)
-                row["waiting_since"] = now
-            candidates.append((row["epochs"], row["waiting_since"], name, unit, reads, removes,
-                               rstate))
+            candidates.append((row["epochs"], self.catalog.waiting_since(name), name, unit, reads,
+                               removes, rstate))
         if not candidates:
             return None
         candidates.sort(key=lambda c: (c[0], c[1], c[2]))
@@ -409,8 +404,8 @@ class Controller:
             for head, positions in intent["removes"].items():
                 for pos in positions:
                     self.catalog.dequeue(db, head, name, pos)
-            db.execute("UPDATE stages SET epochs = ?, runnable_state = ?, waiting_since = NULL, "
-                       "last_run = ? WHERE name = ?",
+            db.execute("UPDATE stages SET epochs = ?, runnable_state = ?, last_run = ? "
+                       "WHERE name = ?",
                        (epoch, base64.b64decode(intent["runnable_state"]), time.time(), name))
             self.catalog.mark_applied(db, seq)
 
