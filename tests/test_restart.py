@@ -50,6 +50,7 @@ def test_direct_state_is_not_reshuffled_after_restart(spark, tmp_path):
     assert after["state_bytes_read"] >= state_bytes * 0.8
 
     runner = SparkStageRunner(str(direct), spark)
-    state = {r["url"]: r["count"] for r in runner.state_records(urlcount_dataflow().stages["count"])}
+    stage = urlcount_dataflow().stages["count"]
+    state = {r["url"]: r["count"] for r in runner.state_records(stage)}
     assert len(state) == worker.STATE_URLS + 100
     assert all(state[u] == c for u, c in expected.items())
