@@ -235,3 +235,29 @@ def test_flows_read_as_arrow_pandas_and_spark(spark, tmp_path):
     assert latest.to_dict("records") == [{"url": "b", "count": 2}]
     assert [(r["url"], r["count"]) for r in everything] == [("a", 2), ("b", 1), ("b", 2)]
     assert state == [("a", 2), ("b", 2)]
+
+
+def split_even_odd(key, numbers, *, out):
+    for r in numbers:
+        out.write("evens" if r["n"] % 2 == 0 else "odds", r)
+
+
+def pair_up(key, evens, odds, *, out):
+    out.write("pairs", {"evens": sum(1 for _ in evens), "odds": sum(1 for _ in odds)})
+
+
+def test_empty_increments_keep_stages_in_step(spark, tmp_path):
+    """An empty output increment is delivered (RunnableAll waits for one per input)."""
+    df = Dataflow("step")
+    nums = df.source("numbers", "n long")
+    df.stage("split", split_even_odd, inputs=[Input(nums, route_by="n")],
+             outputs={"evens": "n long", "odds": "n long"})
+    df.stage("pair", pair_up, inputs=[Input("evens", route_by=lambda r: 0),
+                                      Input("odds", route_by=lambda r: 0)],
+             outputs={"pairs": "evens long, odds long"})
+    with _controller(tmp_path, df, spark) as c:
+        c.ingest("numbers", [{"n": 2}, {"n": 4}])  # no odd numbers: 'odds' is empty
+        c.ingest("numbers", [{"n": 1}, {"n": 6}])
+        c.run()
+        pairs = _outputs(c, "pairs")
+    assert pairs == [[{"evens": 2, "odds": 0}], [{"evens": 1, "odds": 1}]]

@@ -395,7 +395,10 @@ class Controller:
             for flow, inc in outputs.items():
                 consumers = self.catalog.consumers(flow)
                 if inc.records == 0:
-                    continue  # an empty increment wakes nobody up
+                    # An empty increment keeps stages in step (RunnableAll waits for one on
+                    # every input) but must not keep a cycle turning: inside a cycle it is
+                    # not delivered, so loops stop when they go quiet.
+                    consumers = [c for c in consumers if not self._same_cycle(name, c)]
                 inc_id = self.catalog.add_increment(db, flow, name, epoch, inc, epoch,
                                                     retained=not consumers)
                 for c in consumers:
@@ -408,6 +411,22 @@ class Controller:
                        "WHERE name = ?",
                        (epoch, base64.b64decode(intent["runnable_state"]), time.time(), name))
             self.catalog.mark_applied(db, seq)
+
+    def _same_cycle(self, producer: str, consumer: str) -> bool:
+        """Can ``consumer``'s outputs lead back to ``producer`` (same strongly connected part)?"""
+        if producer == consumer:
+            return True
+        readers = {n: [c for f in u.output_flows for c in self.catalog.consumers(f)]
+                   for n, u in self.units.items()}
+        seen, todo = {consumer}, [consumer]
+        while todo:
+            for nxt in readers.get(todo.pop(), []):
+                if nxt == producer:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
 
     # -- recovery and garbage -------------------------------------------------------------
     def recover(self, on_epoch: Callable[[EpochReport], None] | None = None) -> list[EpochReport]:
