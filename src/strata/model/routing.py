@@ -23,6 +23,11 @@ class _NoneRoute:
     def __repr__(self) -> str:
         return "NONE"
 
+    def __reduce__(self) -> str:
+        # pickled as a reference to the module's singleton, so ``r is NONE`` holds in a
+        # Spark worker even when the user's route_by was shipped by value
+        return "NONE"
+
 
 NONE = _NoneRoute()
 
