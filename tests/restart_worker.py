@@ -36,11 +36,14 @@ def run(spark, home: str, mode: str, phase: str) -> dict:
     runner = SparkStageRunner(home, spark, mode=mode, num_partitions=NUM_PARTITIONS)
     recs = load_records() if phase == "load" else increment_records()
     inc = increment(home, df.flows["urls"], recs)
+    before = runner.committed(stage)
+    data_bytes = sum(r.data_bytes for runs in before.runs.values() for r in runs)
     with SparkMetrics(spark).measure(f"restart-{phase}") as m:
         res = runner.run_epoch(stage, {"urls": inc})
     counts = {r["url"]: r["count"] for r in read_records(res.outputs["counts"].files)}
     return {"epoch": res.epoch, "shuffle_write_bytes": m.shuffle_write_bytes,
-            "increment_bytes": inc.bytes, "counts": counts, **res.metrics}
+            "increment_bytes": inc.bytes, "state_data_bytes_before": data_bytes,
+            "counts": counts, **res.metrics}
 
 
 if __name__ == "__main__":

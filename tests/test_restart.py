@@ -46,8 +46,10 @@ def test_direct_state_is_not_reshuffled_after_restart(spark, tmp_path):
     state_bytes = after["state_bytes_total_before"]
     assert after["shuffle_write_bytes"] * 10 < bb["shuffle_write_bytes"]
     assert after["shuffle_write_bytes"] * 20 < state_bytes
-    # and the restarted process read the state from the partition files (outer: all of it)
-    assert after["state_bytes_read"] >= state_bytes * 0.8
+    # and the restarted process read the state from the partition files: an outer scan
+    # reads every data file whole (the index is not needed for it)
+    assert after["state_data_bytes_before"] > 0
+    assert after["state_bytes_read"] >= after["state_data_bytes_before"]
 
     runner = SparkStageRunner(str(direct), spark)
     stage = urlcount_dataflow().stages["count"]
