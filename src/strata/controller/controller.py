@@ -227,7 +227,7 @@ class Controller:
             if on_epoch:
                 on_epoch(report)
         self.collect_garbage()
-        self.sweep()
+        self.sweep()  # files of epochs a crash interrupted (recovered above)
         return reports
 
     def step(self) -> EpochReport | None:
@@ -430,7 +430,9 @@ class Controller:
 
     # -- recovery and garbage -------------------------------------------------------------
     def recover(self, on_epoch: Callable[[EpochReport], None] | None = None) -> list[EpochReport]:
-        """Finish an epoch a crash interrupted: apply it if its job committed, else re-run it."""
+        """Finish an epoch a crash interrupted: apply it if its job committed, else re-run it.
+
+        ``run`` calls this first and removes the interrupted epoch's files at its end."""
         reports = []
         for seq, name, epoch, intent in self.catalog.unapplied():
             unit = self.units.get(name)
@@ -448,8 +450,6 @@ class Controller:
             reports.append(report)
             if on_epoch:
                 on_epoch(report)
-        self.collect_garbage()
-        self.sweep()
         return reports
 
     def collect_garbage(self) -> int:
