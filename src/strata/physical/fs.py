@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from functools import lru_cache
 from typing import Any
 
 import pyarrow.fs as pafs
-
-
-@lru_cache(maxsize=64)
-def _fs_for_root(scheme_and_host: str) -> pafs.FileSystem:
-    fs, _ = pafs.FileSystem.from_uri(scheme_and_host)
-    return fs
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -27,14 +27,6 @@ class Increment:
     def from_json(cls, d: dict) -> Increment:
         return cls(tuple(d["files"]), d["records"], d["bytes"])
 
-    @classmethod
-    def combine(cls, parts: Sequence[Increment]) -> Increment:
-        return cls(
-            tuple(f for p in parts for f in p.files),
-            sum(p.records for p in parts),
-            sum(p.bytes for p in parts),
-        )
-
 
 def write_table(uri: str, table: pa.Table) -> int:
     """Write one Parquet file (atomically: temp name, then move); return its size."""

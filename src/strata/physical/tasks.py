@@ -253,7 +253,7 @@ class _PartitionRun:
             per_flow = [[] for _ in self.flows]
             per_flow[fi] = [rec]
             self._call(None, None, [], per_flow, bcast=None, state_of=None, groups=None)
-        return self._finish(set(called), stored, state_of, pending)
+        return self._finish(set(called), stored, pending)
 
     def _call(self, enc, key, state_recs, per_flow, bcast, state_of, groups) -> None:
         stage, out = self.stage, self.out
@@ -297,7 +297,7 @@ class _PartitionRun:
             self.assoc.append((A, encode_key(address), encode_key(akey), akey))
 
     # -- writing ---------------------------------------------------------------------
-    def _finish(self, called: set, stored: dict, state_of: dict, pending: dict) -> dict:
+    def _finish(self, called: set, stored: dict, pending: dict) -> dict:
         t, p, st = self.t, self.p, self.stage.state
         result: dict[str, Any] = {"partition": p, "outputs": {}, "keys_called": len(called)}
         for name, buf in self.out.outputs.items():
