@@ -114,6 +114,8 @@ class Stage:
     outputs: list[Flow]
     state: State | None = None
     runnable: Callable[..., Any] | None = None
+    # a compiled program that runs the stage's epochs instead of translate (queries)
+    program: Any = None
 
     @property
     def input_names(self) -> list[str]:
@@ -126,7 +128,8 @@ class Stage:
     @property
     def is_recordwise(self) -> bool:
         """No state and no grouping: each record is its own group (fusable like a map)."""
-        return self.state is None and all(i.route_by is None for i in self.inputs)
+        return (self.program is None and self.state is None
+                and all(i.route_by is None for i in self.inputs))
 
     def input(self, flow: str) -> Input:
         for i in self.inputs:
@@ -182,16 +185,22 @@ class Dataflow:
     def stage(
         self,
         name: str,
-        translate: Translate,
+        translate: Translate | None,
         *,
         inputs: Iterable[Input | Flow | str],
         outputs: Iterable[Flow | str] | Mapping[str, SchemaLike] = (),
         state: State | None = None,
         runnable: Callable[..., Any] | None = None,
+        program: Any = None,
     ) -> Stage:
-        """Add a stage. ``outputs`` are declared flows, or a mapping name → schema."""
+        """Add a stage. ``outputs`` are declared flows, or a mapping name → schema.
+
+        ``program`` (instead of ``translate``) is a compiled program that runs the
+        stage's epochs itself, as :func:`strata.queries.add_query` makes."""
         if name in self.stages:
             raise DataflowError(f"stage {name!r} is declared twice in dataflow {self.name!r}")
+        if program is not None:
+            translate = _compiled(name)
         if not callable(translate):
             raise DataflowError(f"stage {name!r}: translate must be a function")
         ins = [i if isinstance(i, Input) else Input(i) for i in inputs]
@@ -233,10 +242,11 @@ class Dataflow:
                 raise DataflowError(
                     f"stage {name!r} has state but no input with a route_by to group it with"
                 )
-        _check_arity(name, translate, len(ins), state is not None)
+        if program is None:
+            _check_arity(name, translate, len(ins), state is not None)
         for f in outs:
             f.producer = name
-        st = Stage(name, translate, ins, outs, state, runnable)
+        st = Stage(name, translate, ins, outs, state, runnable, program)
         self.stages[name] = st
         return st
 
@@ -284,6 +294,14 @@ class Dataflow:
 
     def __repr__(self) -> str:
         return f"Dataflow({self.name!r}, stages={list(self.stages)}, flows={list(self.flows)})"
+
+
+def _compiled(stage: str) -> Translate:
+    def compiled_query(*args: Any, **kwargs: Any) -> None:
+        raise DataflowError(f"stage {stage!r} is a compiled query; it runs on Spark through "
+                            "its program and has no per-record translate")
+
+    return compiled_query
 
 
 def _check_arity(stage: str, fn: Callable[..., Any], n_inputs: int, stateful: bool) -> None:

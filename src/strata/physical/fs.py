@@ -71,3 +71,11 @@ def list_dir(uri: str) -> list[str]:
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return []
     return [i.base_name for i in fs.get_file_info(pafs.FileSelector(path))]
+
+
+def move(src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` (same filesystem), creating ``dst``'s directory."""
+    fs, path = resolve(src)
+    _, target = resolve(dst)
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    fs.move(path, target)

@@ -119,6 +119,9 @@ def plan(df: Dataflow) -> list[PhysicalStage]:
     for s in df.topological_order():
         if s.is_recordwise:
             continue
+        if s.program is not None:  # a compiled query runs its own plan: nothing fuses in
+            units.append(PhysicalStage(s))
+            continue
         # a framed input is cut by its own records, which a pre-chain would hide
         pre = {i.flow_name: c for i in s.inputs
                if i.frame_by is None and (c := upstream_chain(i.flow_name))}

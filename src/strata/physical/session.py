@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -28,6 +29,8 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
     # PySpark 4.3 warns about pandas 3 on import; strata's paths do not use the affected parts.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     log4j = files("strata") / "data" / "log4j2.properties"
+    # PySpark logs every failed DataFrame analysis as a JSON dump; strata reports it itself.
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master or os.environ.get("STRATA_MASTER", DEFAULT_MASTER))

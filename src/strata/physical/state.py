@@ -8,6 +8,7 @@ Layout under ``{home}/state/{stage}/``::
     p00003/…                 direct mode: runs (data + index) of partition 3
     pending/…                state records bound for another partition, associations
     blackbox/…               black-box mode: the whole state as Parquet
+    tables/<name>/…          a compiled query's state: bucketed Parquet tables
 
 An epoch writes only new, uniquely named files; it becomes visible when
 ``CURRENT`` names it. A failed or interrupted epoch therefore leaves the previous
@@ -37,6 +38,8 @@ class StateSnapshot:
     blackbox: list[str] = field(default_factory=list)
     outputs: dict[str, Increment] = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
+    # a compiled query's tables: name -> {"files": [...], "ddl": ..., "lineage": [...]}
+    tables: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -49,6 +52,7 @@ class StateSnapshot:
             "blackbox": self.blackbox,
             "outputs": {f: inc.to_json() for f, inc in self.outputs.items()},
             "metrics": self.metrics,
+            "tables": self.tables,
         }
 
     @classmethod
@@ -63,13 +67,15 @@ class StateSnapshot:
             blackbox=d["blackbox"],
             outputs={f: Increment.from_json(i) for f, i in d["outputs"].items()},
             metrics=d.get("metrics", {}),
+            tables=d.get("tables", {}),
         )
 
     @property
     def total_bytes(self) -> int:
         """The committed state's size on disk."""
         direct = sum(r.data_bytes + r.index_bytes for rs in self.runs.values() for r in rs)
-        return direct + sum(fs.size_of(f) for f in self.pending + self.blackbox)
+        tables = [f for t in self.tables.values() for f in t["files"]]
+        return direct + sum(fs.size_of(f) for f in self.pending + self.blackbox + tables)
 
 
 class StateDir:
@@ -102,6 +108,9 @@ class StateDir:
         from strata.physical.store import read_all
 
         snap = snap or self.current()
+        if snap.tables:  # a compiled query: rows of each table, marked with its name
+            return [{"_table": name, **r} for name, t in snap.tables.items()
+                    for r in read_records(t["files"])]
         if snap.mode == "blackbox":
             recs = read_records(snap.blackbox)
         else:
@@ -127,6 +136,13 @@ class StateDir:
                 p = int(name[1:])
                 PartitionStore(self.root, p, []).delete_unreferenced(keep.runs.get(p, []))
         referenced = set(keep.pending) | set(keep.blackbox)
+        referenced |= {f for t in keep.tables.values() for f in t["files"]}
+        for table in fs.list_dir(fs.join(self.root, "tables")):
+            for name in fs.list_dir(fs.join(self.root, "tables", table)):
+                uri = fs.join(self.root, "tables", table, name)
+                if uri not in referenced:
+                    fs.delete_quietly(uri)
+        fs.delete_quietly(fs.join(self.root, "staging"))
         for sub in ("pending", "blackbox"):
             for name in fs.list_dir(fs.join(self.root, sub)):
                 uri = fs.join(self.root, sub, name)

@@ -1,0 +1,314 @@
+"""The query algebra: plain Python data for scans, maps, joins and group-bys.
+
+A query is a tree of nodes over strata flows (Fegaras's monoid comprehension algebra,
+restricted to what strata runs): ``Scan`` reads a flow; ``Map`` is a flatten-map that
+keeps at most one output per row (a filter and a projection); ``Join`` is a co-group on
+equal keys followed by a flatten, i.e. an inner equi-join; ``GroupBy`` groups and
+reduces each group with monoids (a total aggregate is a group-by with no keys).
+:func:`normalize` fuses adjacent maps and pushes filters below joins.
+
+Every node knows its columns and their Spark types, the columns that identify a row
+(``key``, when known: a declared key of a flow, or a group-by's keys), and whether
+the changes it emits can delete rows (``retracts``: an input with a ``_mult`` column,
+or a group-by, whose changes retract old answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from sqlglot import exp
+
+from strata.queries.errors import QueryError
+from strata.queries.expressions import (
+    MULT,
+    Expr,
+    col,
+    column_names,
+    substitute,
+    to_sql,
+    type_of,
+)
+from strata.queries.monoids import AggCall
+
+
+class Node:
+    """A query operator."""
+
+    columns: dict[str, str]
+    key: tuple[str, ...] | None
+    retracts: bool
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Node):
+    """The rows of a flow; its columns are renamed ``prefix + name``."""
+
+    flow: str
+    schema: dict[str, str]  # the flow's columns (without _mult) → Spark types
+    prefix: str = ""
+    declared_key: tuple[str, ...] | None = None
+    has_mult: bool = False
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        return {self.prefix + c: t for c, t in self.schema.items()}
+
+    @cached_property
+    def key(self) -> tuple[str, ...] | None:
+        return tuple(self.prefix + c for c in self.declared_key) if self.declared_key else None
+
+    @property
+    def retracts(self) -> bool:
+        return self.has_mult
+
+    def __str__(self) -> str:
+        return f"scan {self.flow}" + (f" as {self.prefix[:-2]}" if self.prefix else "")
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Node):
+    """Filter rows by ``where`` (if any), then compute ``outputs`` (None: keep all columns)."""
+
+    child: Node
+    where: Expr | None = None
+    outputs: tuple[tuple[str, Expr], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.where is not None:
+            t = type_of(self.where, self.child.columns)
+            if t != "boolean":
+                raise QueryError(f"filter {to_sql(self.where)!r} is {t}, not a condition")
+        self.columns  # noqa: B018  (type-checks the outputs)
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child,)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        if self.outputs is None:
+            return dict(self.child.columns)
+        names = [n for n, _ in self.outputs]
+        if len(set(names)) != len(names) or MULT in names:
+            raise QueryError(f"output columns must have distinct names (not {MULT}): {names}")
+        return {n: type_of(e, self.child.columns) for n, e in self.outputs}
+
+    @cached_property
+    def key(self) -> tuple[str, ...] | None:
+        ck = self.child.key
+        if ck is None:
+            return None
+        if self.outputs is None:
+            return ck
+        plain = {e.name: n for n, e in self.outputs if isinstance(e, exp.Column)}
+        return tuple(plain[k] for k in ck) if all(k in plain for k in ck) else None
+
+    @property
+    def retracts(self) -> bool:
+        return self.child.retracts
+
+    def __str__(self) -> str:
+        parts = []
+        if self.where is not None:
+            parts.append(f"where {to_sql(self.where)}")
+        if self.outputs is not None:
+            parts.append("select " + ", ".join(
+                n if isinstance(e, exp.Column) and e.name == n else f"{to_sql(e)} as {n}"
+                for n, e in self.outputs))
+        return "map " + "; ".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    """Inner equi-join: rows of ``left`` and ``right`` with equal ``on`` columns."""
+
+    left: Node
+    right: Node
+    on: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        clash = set(self.left.columns) & set(self.right.columns)
+        if clash:
+            raise QueryError(f"both sides of a join have columns {sorted(clash)}; rename them")
+        if not self.on:
+            raise QueryError("a join needs at least one pair of equal columns (cross joins "
+                             "are not supported)")
+        for lc, rc in self.on:
+            if lc not in self.left.columns or rc not in self.right.columns:
+                raise QueryError(f"join condition {lc} = {rc}: no such columns")
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        return {**self.left.columns, **self.right.columns}
+
+    @property
+    def left_keys(self) -> list[str]:
+        return [lc for lc, _ in self.on]
+
+    @property
+    def right_keys(self) -> list[str]:
+        return [rc for _, rc in self.on]
+
+    @property
+    def left_unique(self) -> bool:
+        """Each join key value has at most one row on the left."""
+        return self.left.key is not None and set(self.left.key) <= set(self.left_keys)
+
+    @property
+    def right_unique(self) -> bool:
+        return self.right.key is not None and set(self.right.key) <= set(self.right_keys)
+
+    @cached_property
+    def key(self) -> tuple[str, ...] | None:
+        if self.left_unique and self.right.key is not None:
+            return self.right.key
+        if self.right_unique and self.left.key is not None:
+            return self.left.key
+        return None
+
+    @property
+    def retracts(self) -> bool:
+        return self.left.retracts or self.right.retracts
+
+    @property
+    def kind(self) -> str:
+        if self.left_unique and self.right_unique:
+            return "one-to-one"
+        if self.left_unique or self.right_unique:
+            return "one-to-many"
+        return "many-to-many"
+
+    def __str__(self) -> str:
+        return f"join ({self.kind}) on " + " and ".join(f"{a} = {b}" for a, b in self.on)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupBy(Node):
+    """Group by ``keys`` and reduce with ``aggs``; ``outputs`` and ``having`` are
+    expressions over the key names and ``_a0``, ``_a1``, … (the aggregates' answers)."""
+
+    child: Node
+    keys: tuple[tuple[str, Expr], ...]
+    aggs: tuple[AggCall, ...]
+    outputs: tuple[tuple[str, Expr], ...]
+    having: Expr | None = None
+    answer_types: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        from strata.queries.monoids import monoid
+
+        scope = {n: type_of(e, self.child.columns) for n, e in self.keys}
+        for i, a in enumerate(self.aggs):
+            scope[f"_a{i}"] = monoid(a, f"_p{i}", self.child.columns,
+                                     self.child.retracts).result_type
+        self.answer_types.update(scope)
+        self.columns  # noqa: B018
+        if self.having is not None and type_of(self.having, scope) != "boolean":
+            raise QueryError(f"HAVING {to_sql(self.having)!r} is not a condition")
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child,)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        names = [n for n, _ in self.outputs]
+        if len(set(names)) != len(names):
+            raise QueryError(f"output columns must have distinct names: {names}")
+        return {n: type_of(e, self.answer_types) for n, e in self.outputs}
+
+    @cached_property
+    def key(self) -> tuple[str, ...] | None:
+        plain = {e.name: n for n, e in self.outputs if isinstance(e, exp.Column)}
+        keys = [n for n, _ in self.keys]
+        return tuple(plain[k] for k in keys) if all(k in plain for k in keys) else None
+
+    @property
+    def retracts(self) -> bool:
+        return True  # a changed answer retracts the group's old row
+
+    def __str__(self) -> str:
+        keys = ", ".join(to_sql(e) for _, e in self.keys) or "()"
+        return f"group by {keys}: " + ", ".join(a.describe() for a in self.aggs)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query: an operator tree plus how to present its answer (order and limit apply
+    when the answer is read, not to the changes the query emits)."""
+
+    root: Node
+    order_by: tuple[tuple[str, bool], ...] = ()  # (output column, ascending)
+    limit: int | None = None
+
+    @property
+    def columns(self) -> dict[str, str]:
+        return self.root.columns
+
+
+# -- normalization --------------------------------------------------------------------
+def normalize(node: Node) -> Node:
+    """Fuse adjacent maps, push filters below joins, drop maps that do nothing."""
+    if isinstance(node, Scan):
+        return node
+    if isinstance(node, Join):
+        return Join(normalize(node.left), normalize(node.right), node.on)
+    if isinstance(node, GroupBy):
+        return replace(node, child=normalize(node.child), answer_types={})
+    assert isinstance(node, Map)
+    child = normalize(node.child)
+    where, outputs = node.where, node.outputs
+    if isinstance(child, Map):  # map ∘ map = one map
+        defs = dict(child.outputs) if child.outputs is not None else {}
+        if where is not None:
+            where = substitute(where, defs)
+        if outputs is not None:
+            outputs = tuple((n, substitute(e, defs)) for n, e in outputs)
+        elif child.outputs is not None:
+            outputs = child.outputs
+        where = _and(child.where, where)
+        child = child.child
+    if isinstance(child, Join) and where is not None:
+        keep, left, right = [], [], []
+        for c in _conjuncts(where):
+            used = column_names(c)
+            (left if used <= set(child.left.columns) else
+             right if used <= set(child.right.columns) else keep).append(c)
+        if left or right:
+            child = Join(normalize(Map(child.left, _and(*left))) if left else child.left,
+                         normalize(Map(child.right, _and(*right))) if right else child.right,
+                         child.on)
+            where = _and(*keep)
+    if where is None and (outputs is None or all(
+            isinstance(e, exp.Column) and e.name == n for n, e in outputs)
+            and [n for n, _ in outputs] == list(child.columns)):
+        return child
+    return Map(child, where, outputs)
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    return list(e.flatten()) if isinstance(e, exp.And) else [e]
+
+
+def _and(*es: Expr | None) -> Expr | None:
+    parts = [e for e in es if e is not None]
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.and_(out, p)
+    return out
+
+
+def passthrough(names: list[str]) -> tuple[tuple[str, Expr], ...]:
+    return tuple((n, col(n)) for n in names)

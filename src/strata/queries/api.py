@@ -1,0 +1,135 @@
+"""The Python API: build a query step by step; it becomes the same SQL the CLI takes.
+
+>>> q = (table("orders").join(table("customers", key="id"), on=("cust", "id"))
+...      .where("amount > 0").group_by("country").agg(total="sum(amount)", n="count(*)"))
+>>> add_query(df, "revenue", q)
+
+Each method returns a new :class:`Relation`; column expressions are Spark SQL snippets.
+A step that cannot extend the current ``SELECT`` (filtering or joining a grouped
+relation) wraps it as a subquery, which the SQL front end unnests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from sqlglot import exp
+
+from strata.queries.algebra import Query
+from strata.queries.errors import QueryError
+from strata.queries.monoids import UserAggregate
+from strata.queries.sql import parse_sql
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A query under construction (a ``SELECT``), with the keys declared on its tables."""
+
+    select: exp.Select
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    aggregates: Mapping[str, UserAggregate] = field(default_factory=dict)
+    alias: str = ""
+
+    def sql(self) -> str:
+        return self.select.sql(dialect="spark")
+
+    def _shaped(self) -> bool:
+        s = self.select
+        return bool(s.args.get("group") or s.args.get("distinct") or s.args.get("order")
+                    or s.args.get("limit") or s.expressions != [exp.Star()])
+
+    def _wrapped(self, alias: str) -> Relation:
+        sub = exp.select("*").from_(exp.Subquery(this=self.select, alias=exp.TableAlias(
+            this=exp.to_identifier(alias))))
+        return replace(self, select=sub, alias=alias)
+
+    def where(self, condition: str) -> Relation:
+        """Keep rows satisfying ``condition``."""
+        base = self._wrapped(f"_w{id(self) % 10_000}") if self._shaped() else self
+        return replace(base, select=base.select.where(condition, dialect="spark", copy=True))
+
+    def join(self, other: Relation, on: str | tuple[str, str] | Sequence[tuple[str, str]],
+             ) -> Relation:
+        """Inner equi-join with ``other``: ``on`` is a column both have, a pair
+        ``(left column, right column)`` or a list of pairs."""
+        pairs = [(on, on)] if isinstance(on, str) else [on] if isinstance(on[0], str) \
+            else list(on)
+        left = self._wrapped(f"_l{id(self) % 10_000}") if self._shaped() else self
+        la = left.alias or _table_name(left.select)
+        if other._shaped() or not other.alias and other.select.args.get("joins"):
+            other = other._wrapped(f"_r{id(other) % 10_000}")
+        ra = other.alias or _table_name(other.select)
+        item = other.select.args["from_"].this.copy()
+        cond = " AND ".join(f"{la}.{a} = {ra}.{b}" for a, b in pairs)
+        sel = left.select.join(item, on=cond, dialect="spark", copy=True)
+        for j in other.select.args.get("joins") or []:
+            sel = sel.join(j.copy(), copy=False)
+        return replace(left, select=sel, keys={**left.keys, **other.keys},
+                       aggregates={**left.aggregates, **other.aggregates}, alias="")
+
+    def select_(self, *columns: str, **named: str) -> Relation:
+        """Project onto ``columns`` and ``name=expression`` pairs."""
+        base = self._wrapped(f"_s{id(self) % 10_000}") if self._shaped() else self
+        exprs = [*columns, *(f"{e} AS {n}" for n, e in named.items())]
+        return replace(base, select=base.select.select(*exprs, append=False, dialect="spark",
+                                                       copy=True))
+
+    def group_by(self, *keys: str) -> Grouped:
+        """Group by ``keys``; finish with :meth:`Grouped.agg`."""
+        return Grouped(self, keys)
+
+    def agg(self, **aggregates: str) -> Relation:
+        """A total aggregate: one row of ``name=aggregate`` values."""
+        return Grouped(self, ()).agg(**aggregates)
+
+    def distinct(self) -> Relation:
+        return replace(self, select=self.select.distinct(copy=True))
+
+    def order_by(self, *columns: str) -> Relation:
+        """Order the answer when it is read (``"col desc"`` for descending)."""
+        return replace(self, select=self.select.order_by(*columns, dialect="spark", copy=True))
+
+    def limit(self, n: int) -> Relation:
+        return replace(self, select=self.select.limit(n, copy=True))
+
+    def with_aggregate(self, agg: UserAggregate) -> Relation:
+        """Make user aggregate ``agg`` callable by its name in expressions."""
+        return replace(self, aggregates={**self.aggregates, agg.name.lower(): agg})
+
+    def to_query(self, flows: Mapping[str, Mapping[str, str]],
+                 keys: Mapping[str, Sequence[str]] | None = None) -> Query:
+        return parse_sql(self.sql(), flows, {**self.keys, **(keys or {})}, self.aggregates)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    relation: Relation
+    keys: tuple[str, ...]
+
+    def agg(self, **aggregates: str) -> Relation:
+        """``name=aggregate`` columns per group (e.g. ``total="sum(amount)"``)."""
+        if not aggregates:
+            raise QueryError("agg() needs at least one name=aggregate")
+        rel = self.relation
+        base = rel._wrapped(f"_g{id(rel) % 10_000}") if rel._shaped() else rel
+        exprs = [*self.keys, *(f"{e} AS {n}" for n, e in aggregates.items())]
+        sel = base.select.select(*exprs, append=False, dialect="spark", copy=True)
+        if self.keys:
+            sel = sel.group_by(*self.keys, dialect="spark", copy=False)
+        return replace(base, select=sel)
+
+
+def table(flow: str, *, key: str | Sequence[str] | None = None, alias: str = "") -> Relation:
+    """All rows of ``flow``; ``key`` declares its unique key (needed for joins)."""
+    src = exp.to_table(flow)
+    if alias:
+        src = exp.alias_(src, alias, table=True)
+    keys = {flow: (key,) if isinstance(key, str) else tuple(key)} if key else {}
+    return Relation(exp.select("*").from_(src), keys, {}, alias)
+
+
+def _table_name(select: exp.Select) -> str:
+    item = select.args["from_"].this
+    return item.alias_or_name
+

@@ -1,0 +1,362 @@
+"""Run an incremental query's epoch on Spark as DataFrame plans (no Python per record).
+
+State lives in bucketed Parquet tables under ``state/<stage>/tables/<name>/``, each
+registered in the session's catalog as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at its
+location. Spark then joins a table with an increment bucketed the same way by shuffling
+only the increment: the state side is read where it lies, in every epoch and after
+restarts (DESIGN.md §3). A join's inputs are appended to; a group-by's table is
+rewritten from the full outer join of state and ``h(Δ)``, which is already partitioned
+by bucket, so the write needs no shuffle either.
+
+An epoch writes new table files to ``staging/``, the output increment to ``flows/``,
+moves the staged files into the tables' directories and commits a manifest that lists
+every live file. Files that an interrupted epoch moved but never committed are deleted
+before the next epoch reads anything (and by the stage's garbage collection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from strata.model.errors import EpochError, StrataError
+from strata.model.schema import to_ddl
+from strata.physical import fs
+from strata.physical.increments import Increment
+from strata.physical.state import StateSnapshot
+from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
+from strata.queries.expressions import MULT, to_sql
+from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan
+from strata.queries.monoids import _lambda
+
+if TYPE_CHECKING:
+    from strata.model.dataflow import Stage
+    from strata.physical.runner import EpochResult, SparkStageRunner
+
+ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
+
+
+def ddl_of(schema: StructType) -> str:
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+
+
+class QueryTables:
+    """The state tables of one query stage in one epoch."""
+
+    def __init__(self, spark: SparkSession, root: str, live: Mapping[str, dict], n: int,
+                 token: str) -> None:
+        self.spark, self.root, self.n, self.token = spark, root, n, token
+        self.live = {k: dict(v) for k, v in live.items()}
+        self.staged: dict[str, tuple[str, str, list[str], str]] = {}
+        self._sweep()
+
+    def _dir(self, name: str) -> str:
+        return fs.join(self.root, "tables", name)
+
+    def _sweep(self) -> None:
+        """Delete files an interrupted epoch moved into a table but never committed."""
+        for name in fs.list_dir(fs.join(self.root, "tables")):
+            keep = set(self.live.get(name, {}).get("files", []))
+            for f in fs.list_dir(self._dir(name)):
+                if fs.join(self._dir(name), f) not in keep:
+                    fs.delete_quietly(fs.join(self._dir(name), f))
+        fs.delete_quietly(fs.join(self.root, "staging"))
+
+    def read(self, name: str) -> DataFrame | None:
+        """The committed table (bucketed by its lineage), or None if it has no rows yet."""
+        t = self.live.get(name)
+        if not t or not t["files"]:
+            return None
+        if not t["lineage"]:
+            return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
+        ident = "strata_" + hashlib.sha1(
+            f"{self._dir(name)}|{t['ddl']}|{self.n}".encode()).hexdigest()[:20]
+        if not self.spark.catalog.tableExists(ident):
+            cols = ", ".join(f"`{c}`" for c in t["lineage"])
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({t['ddl']}) USING parquet "
+                           f"CLUSTERED BY ({cols}) INTO {self.n} BUCKETS "
+                           f"LOCATION '{self._dir(name)}'")
+        self.spark.catalog.refreshTable(ident)
+        return self.spark.table(ident)
+
+    def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
+        """Write ``df`` for table ``name`` into staging: ``mode`` is ``append`` (added to the
+        table's files) or ``replace`` (becomes the table)."""
+        path = fs.join(self.root, "staging", self.token, name)
+        writer = df.write.mode("overwrite")
+        if lineage:
+            tmp = f"strata_staging_{self.token}_{name}"
+            writer.bucketBy(self.n, *lineage).option("path", path).saveAsTable(tmp)
+            self.spark.sql(f"DROP TABLE IF EXISTS {tmp}")
+        else:
+            writer.parquet(path)
+        files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
+        self.staged[name] = (ddl_of(df.schema), mode, files, ",".join(lineage))
+
+    def commit_files(self) -> dict[str, dict]:
+        """Move staged files into their tables; the tables' new file lists."""
+        out = {k: dict(v) for k, v in self.live.items()}
+        for name, (ddl, mode, files, lineage) in self.staged.items():
+            moved = []
+            for f in files:
+                dst = fs.join(self._dir(name), f.rsplit("/", 1)[1])
+                fs.move(f, dst)
+                moved.append(dst)
+            old = out.get(name, {}).get("files", []) if mode == "append" else []
+            out[name] = {"files": old + moved, "ddl": ddl,
+                         "lineage": lineage.split(",") if lineage else []}
+        return out
+
+
+class QueryProgram:
+    """The compiled form of a query stage: runs its epochs on Spark."""
+
+    def __init__(self, inc: IncrementalQuery, flow_ddl: Mapping[str, str], output: str,
+                 output_ddl: str) -> None:
+        self.inc = inc
+        self.flow_ddl = dict(flow_ddl)  # input flow -> its DDL (with _mult if it has one)
+        self.output = output
+        self.output_ddl = output_ddl
+
+    # -- reading the answer --------------------------------------------------------------
+    def answer_files(self, snap: StateSnapshot) -> tuple[list[str], str]:
+        root = self.inc.root
+        name = self.inc.groups[id(root)].name if isinstance(root, GroupBy) else ANSWER
+        return snap.tables.get(name, {}).get("files", []), name
+
+    # -- one epoch -------------------------------------------------------------------------
+    def run_epoch(self, runner: SparkStageRunner, stage: Stage,
+                  inputs: Mapping[str, Increment | Sequence[Increment]], epoch: int,
+                  cur: StateSnapshot) -> EpochResult:
+        from strata.physical.runner import EpochResult, _spark_cause
+
+        spark = runner.spark
+        sd = runner.state_dir(stage)
+        n = cur.num_partitions or runner.num_partitions
+        token = uuid.uuid4().hex[:10]
+        previous = spark.conf.get("spark.sql.shuffle.partitions")
+        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+        sc = spark.sparkContext
+        sc.setJobDescription(f"strata query {stage.name} epoch {epoch}")
+        out_dir = fs.join(runner.flows_root, self.output,
+                          f"{stage.name}-e{epoch:08d}-{token}")
+        try:
+            tables = QueryTables(spark, sd.root, cur.tables, n, token)
+            run = _EpochRun(self, spark, tables, inputs)
+            changes = run.changes(self.inc.root)
+            if not isinstance(self.inc.root, GroupBy):
+                tables.stage(ANSWER, changes, [], "append")
+            out = changes.select(*_cast_to(self.output_ddl, changes))
+            out.write.mode("overwrite").parquet(out_dir)
+            run.release()
+        except StrataError:
+            self._discard(out_dir, sd.root)
+            raise
+        except Exception as e:
+            self._discard(out_dir, sd.root)
+            raise EpochError("Spark could not run the query epoch", stage=stage.name,
+                             epoch=epoch, cause=_spark_cause(e)) from e
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", previous)
+            sc.setJobDescription(None)
+        files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
+                 if f.startswith("part-")]
+        rows = sum(pq.ParquetFile(fs.resolve(f)[1]).metadata.num_rows for f in files) \
+            if "://" not in out_dir else sum(pq.read_metadata(f).num_rows for f in files)
+        outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
+        new_tables = tables.commit_files()
+        snap = StateSnapshot(stage=stage.name, epoch=epoch, mode=runner.mode, num_partitions=n,
+                             outputs=outputs, tables=new_tables)
+        snap.metrics = {"state_bytes_total": snap.total_bytes,
+                        "state_bytes_total_before": cur.total_bytes}
+        sd.commit(snap)
+        sd.gc(snap)
+        return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
+
+    @staticmethod
+    def _discard(out_dir: str, root: str) -> None:
+        fs.delete_quietly(out_dir)
+        fs.delete_quietly(fs.join(root, "staging"))
+
+
+def _cast_to(ddl: str, df: DataFrame) -> list[Column]:
+    """Columns of ``df`` cast to the declared output schema, in its order."""
+    from strata.model.schema import to_arrow_schema
+
+    schema = to_arrow_schema(ddl)
+    spark_types = {f.name: f.dataType for f in StructType.fromDDL(ddl).fields} \
+        if hasattr(StructType, "fromDDL") else {}
+    return [F.col(f"`{f.name}`").cast(spark_types[f.name]).alias(f.name)
+            if f.name in spark_types else F.col(f"`{f.name}`") for f in schema]
+
+
+class _EpochRun:
+    """Evaluates the changes of every operator for one epoch (bottom-up)."""
+
+    def __init__(self, program: QueryProgram, spark: SparkSession, tables: QueryTables,
+                 inputs: Mapping[str, Increment | Sequence[Increment]]) -> None:
+        self.program, self.spark, self.tables, self.inputs = program, spark, tables, inputs
+        self._cached: list[DataFrame] = []
+
+    def release(self) -> None:
+        for df in self._cached:
+            df.unpersist()
+
+    def changes(self, node: Node) -> DataFrame:
+        """The rows ``node``'s result gains (``_mult`` > 0) and loses (< 0) this epoch."""
+        if isinstance(node, Scan):
+            return self._scan(node)
+        if isinstance(node, Map):
+            d = self.changes(node.child)
+            if node.where is not None:
+                d = d.where(F.expr(to_sql(node.where)))
+            if node.outputs is not None:
+                d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
+            return d
+        if isinstance(node, Join):
+            return self._join(self.program.inc.joins[id(node)],
+                              self.changes(node.left), self.changes(node.right))
+        if isinstance(node, GroupBy):
+            return self._group(self.program.inc.groups[id(node)], self.changes(node.child))
+        raise StrataError(f"cannot run query operator {type(node).__name__}")
+
+    def _scan(self, node: Scan) -> DataFrame:
+        incs = self.inputs.get(node.flow, ())
+        files = [f for inc in ([incs] if isinstance(incs, Increment) else incs)
+                 for f in inc.files]
+        ddl = self.program.flow_ddl[node.flow]
+        df = (self.spark.read.schema(ddl).parquet(*files) if files
+              else self.spark.createDataFrame([], ddl))
+        mult = F.col(MULT).cast("bigint") if node.has_mult else F.lit(1).cast("bigint")
+        return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                         mult.alias(MULT))
+
+    def _materialize(self, df: DataFrame) -> DataFrame:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(df)
+        return df
+
+    # -- join ------------------------------------------------------------------------------
+    def _join(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame) -> DataFrame:
+        node = plan.node
+        types = [_wider(node.left.columns[a], node.right.columns[b]) for a, b in node.on]
+
+        def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
+            ok = F.lit(True)
+            for c in cols:
+                ok = ok & F.col(f"`{c}`").isNotNull()  # NULL never equals anything
+            lineage = F.struct(*[F.col(f"`{c}`").cast(t).alias(f"k{i}")
+                                 for i, (c, t) in enumerate(zip(cols, types, strict=True))])
+            return d.where(ok).withColumn("_j", lineage)
+
+        dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
+        left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
+            f"{plan.name}_right")
+        lcols, rcols = list(node.left.columns), list(node.right.columns)
+
+        def pair(a: DataFrame, b: DataFrame) -> DataFrame:
+            j = a.alias("l").join(b.alias("r"), F.col("l._j") == F.col("r._j"))
+            return j.select(*[F.col(f"l.`{c}`") for c in lcols],
+                            *[F.col(f"r.`{c}`") for c in rcols],
+                            (F.col(f"l.{MULT}") * F.col(f"r.{MULT}")).alias(MULT))
+
+        parts = [pair(dl, dr)]
+        if right is not None:
+            parts.append(pair(dl, right))
+        if left is not None:
+            parts.append(pair(left, dr))
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        out = self._materialize(out)
+        self.tables.stage(f"{plan.name}_left", dl.repartition("_j"), ["_j"], "append")
+        self.tables.stage(f"{plan.name}_right", dr.repartition("_j"), ["_j"], "append")
+        return out
+
+    # -- group-by --------------------------------------------------------------------------
+    def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
+        node = plan.node
+        key_cols = [F.expr(to_sql(e)).alias(n) for n, e in node.keys] or [F.lit(0).alias("_t")]
+        keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
+        plain = [p for p in plan.parts if p.kind != "multiset"]
+        h = keyed.groupBy("_g").agg(*[F.expr(p.lift).alias(p.name) for p in plain])
+        for p in plan.parts:
+            if p.kind != "multiset":
+                continue
+            v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
+                 .groupBy("_g", F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
+                 .where("_c <> 0")
+                 .groupBy("_g").agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
+                                    .alias(p.name)))
+            h = h.join(v, "_g", "left")
+        outputs = [n for n, _ in node.outputs]
+        state = self.tables.read(plan.name)
+        if state is None:  # no state yet: an empty table of the same shape
+            empty = h.select("*", *[F.lit(None).cast(_spark_type(node.columns[o])).alias(o)
+                                    for o in outputs], F.lit(False).alias("_keep")).limit(0)
+            state = empty
+        s, dd = state.alias("s"), h.alias("d")
+        j = s.join(dd, F.col("s._g") == F.col("d._g"), "full_outer")
+        merged = [F.coalesce(F.col("s._g"), F.col("d._g")).alias("_g"),
+                  F.col("d._g").isNotNull().alias("_touched"),
+                  F.coalesce(F.col("s._keep"), F.lit(False)).alias("_old_keep"),
+                  *[F.col(f"s.`{o}`").alias(f"_old_{o}") for o in outputs]]
+        merged += [F.expr(_lambda(p.merge, {"s": f"s.`{p.name}`", "d": f"d.`{p.name}`"}))
+                   .alias(p.name) for p in plan.parts]
+        m = j.select(*merged)
+        filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
+                  for p in plan.parts}
+        scope = {n: f"_g.`{n}`" for n, _ in node.keys}  # a: over keys and aggregate answers
+        scope.update({a: _lambda(sql, filled) if filled else sql
+                      for a, sql in plan.answer_sql().items()})
+        m = m.select("*", *[F.expr(_lambda(to_sql(e), scope)).alias(o)
+                            for o, e in node.outputs])
+        keep = F.col("_cnt") != 0
+        if node.having is not None:
+            keep = keep & F.coalesce(F.expr(_lambda(to_sql(node.having), scope)), F.lit(False))
+        m = self._materialize(m.withColumn("_keep", keep))
+        new_state = m.where("_cnt <> 0").select("_g", *[p.name for p in plan.parts],
+                                                  *outputs, "_keep")
+        self.tables.stage(plan.name, new_state, ["_g"], "replace")
+        same = F.lit(True)
+        for o in outputs:
+            same = same & F.col(f"`{o}`").eqNullSafe(F.col(f"`_old_{o}`"))
+        touched = m.where("_touched")
+        retract = touched.where(F.col("_old_keep") & ~(F.col("_keep") & same)).select(
+            *[F.col(f"`_old_{o}`").alias(o) for o in outputs], F.lit(-1).cast("bigint")
+            .alias(MULT))
+        insert = touched.where(F.col("_keep") & ~(F.col("_old_keep") & same)).select(
+            *[F.col(f"`{o}`") for o in outputs], F.lit(1).cast("bigint").alias(MULT))
+        return self._materialize(retract.unionByName(insert))
+
+
+def _spark_type(sql_type: str):
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(sql_type)
+
+
+def _wider(a: str, b: str) -> str:
+    order = ["tinyint", "smallint", "int", "bigint", "float", "double"]
+    if a == b:
+        return a
+    if a in order and b in order:
+        return max(a, b, key=order.index)
+    raise StrataError(f"cannot join a {a} column with a {b} column; cast one of them")
+
+
+def output_ddl(columns: Mapping[str, str]) -> str:
+    """The DDL of a query's output flow: its columns and the multiplicity."""
+    return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
+
+
+def flow_ddl(schema) -> str:
+    return to_ddl(schema)

@@ -1,0 +1,135 @@
+"""From a query to its incremental program: ``state ← state ⊗ h(Δ)``, answer ``a(state)``.
+
+:func:`derive` walks a normalized query and decides, per operator, what it keeps:
+
+* ``Map`` keeps nothing: it maps the increment's rows (multiplicities pass through).
+* ``Join`` keeps both inputs, each bucketed by its join key (the *lineage*: the key that
+  lets a new row on one side find the rows it joins with on the other). Its changes are
+  ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. Many-to-many joins
+  are refused: a new row may join with an unbounded number of old ones.
+* ``GroupBy`` keeps one row per group keyed by the group key: ``_cnt`` (the group's
+  multiplicity) and each aggregate's monoid parts. ``h`` aggregates the increment per
+  group, ``⊗`` merges it into the state by a full outer join on the group key, and
+  ``a`` (the non-homomorphic rest: divisions, ``HAVING``, output expressions) turns
+  parts into answers. Its changes retract the old answer row and insert the new one.
+
+The result is an :class:`IncrementalQuery`, which ``explain()`` prints and
+:mod:`strata.queries.execution` runs on Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, normalize
+from strata.queries.errors import NotIncrementalError
+from strata.queries.expressions import to_sql
+from strata.queries.monoids import COUNT_PART, Monoid, Part, _lambda, monoid
+
+
+@dataclass
+class GroupPlan:
+    """What a group-by keeps and how it merges."""
+
+    node: GroupBy
+    name: str  # its state table
+    monoids: list[Monoid]
+
+    @property
+    def parts(self) -> list[Part]:
+        return [COUNT_PART, *(p for m in self.monoids for p in m.parts)]
+
+    def answer_sql(self) -> dict[str, str]:
+        """``a``: each aggregate's answer, then the query's outputs over keys and those."""
+        return {f"_a{i}": m.answer for i, m in enumerate(self.monoids)}
+
+
+@dataclass
+class JoinPlan:
+    node: Join
+    name: str  # its state tables are {name}_left and {name}_right
+
+
+@dataclass
+class IncrementalQuery:
+    """A query with the incremental plan of each stateful operator."""
+
+    query: Query
+    root: Node
+    groups: dict[int, GroupPlan] = field(default_factory=dict)  # id(node) -> plan
+    joins: dict[int, JoinPlan] = field(default_factory=dict)
+    recompute: bool = False
+
+    def explain(self) -> str:
+        """``h``, ``⊗`` and ``a`` of every stateful operator, as readable text."""
+        lines: list[str] = []
+        if self.recompute:
+            lines.append("mode: full recomputation each epoch (opted in)")
+        self._explain(self.root, 0, lines)
+        if self.query.order_by or self.query.limit is not None:
+            order = ", ".join(f"{c} {'asc' if a else 'desc'}" for c, a in self.query.order_by)
+            lines.append(f"when read: order by {order or '-'}; limit {self.query.limit}")
+        return "\n".join(lines)
+
+    def _explain(self, node: Node, depth: int, lines: list[str]) -> None:
+        pad = "  " * depth
+        lines.append(f"{pad}{node}")
+        if isinstance(node, GroupBy):
+            plan = self.groups[id(node)]
+            keys = ", ".join(f"{to_sql(e)} as {n}" for n, e in node.keys) or "() (total)"
+            lines.append(f"{pad}  state {plan.name}: one row per group, lineage key _g = "
+                         f"({keys}), never re-shuffled")
+            for p in plan.parts:
+                lift = (f"map of {p.lift} → Σ _mult" if p.kind == "multiset" else p.lift)
+                merge = _lambda(p.merge, {"s": f"s.{p.name}", "d": f"Δ.{p.name}"})
+                lines.append(f"{pad}  h  {p.name} = {lift}")
+                lines.append(f"{pad}  ⊗  {p.name} = {merge}")
+            for (name, sql), m in zip(plan.answer_sql().items(), plan.monoids, strict=True):
+                lines.append(f"{pad}  a  {name} = {sql}   -- {m.call.describe()}")
+            for n, e in node.outputs:
+                lines.append(f"{pad}  a  {n} = {to_sql(e)}")
+            if node.having is not None:
+                lines.append(f"{pad}  a  keep groups where {to_sql(node.having)}")
+            lines.append(f"{pad}  groups whose _cnt reaches 0 leave the state")
+        elif isinstance(node, Join):
+            plan = self.joins[id(node)]
+            lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
+                         f"(append-only), lineage key _j = join key, never re-shuffled")
+            lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
+                         "L._mult · R._mult")
+        for c in node.children:
+            self._explain(c, depth + 1, lines)
+
+
+def derive(query: Query, recompute: bool = False) -> IncrementalQuery:
+    """The incremental program of ``query`` (normalized first).
+
+    Raises :class:`NotIncrementalError` naming the operator that blocks it, unless
+    ``recompute`` is set, in which case the whole query is recomputed each epoch."""
+    root = normalize(query.root)
+    out = IncrementalQuery(Query(root, query.order_by, query.limit), root, recompute=recompute)
+    counter = iter(range(1_000_000))
+
+    def visit(node: Node) -> None:
+        for c in node.children:
+            visit(c)
+        if isinstance(node, Join):
+            if node.kind == "many-to-many" and not recompute:
+                raise NotIncrementalError(
+                    f"join on {' and '.join(f'{a} = {b}' for a, b in node.on)}",
+                    "is many-to-many (neither side has a declared key within the join "
+                    "columns), so one new row can join with unboundedly many old ones",
+                    "declare the key of the side that is unique per join key (keys= in the "
+                    "Python API, --key FLOW=COL in the CLI), or opt in to recompute=True")
+            out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
+        elif isinstance(node, GroupBy):
+            retracts = node.child.retracts and not recompute  # recompute nets deletes first
+            monoids = [monoid(a, f"_p{i}", node.child.columns, retracts)
+                       for i, a in enumerate(node.aggs)]
+            out.groups[id(node)] = GroupPlan(node, f"group{next(counter)}", monoids)
+        elif not isinstance(node, (Map, Scan)):
+            raise NotIncrementalError(type(node).__name__, "is not a query operator")
+
+    visit(root)
+    return out
+

@@ -1,0 +1,319 @@
+"""The SQL front end: a ``SELECT`` over strata flows becomes a query of the algebra.
+
+Supported: ``SELECT [DISTINCT] … FROM flow [alias] [JOIN flow ON a.x = b.y [AND …]]…``
+(also ``FROM (SELECT …) alias``), ``WHERE`` (including ``col IN (SELECT …)``, unnested to
+a join with the subquery's distinct values), ``GROUP BY``, ``HAVING``, ``ORDER BY`` and
+``LIMIT``; aggregates ``count``, ``count(distinct …)``, ``sum``, ``avg``, ``min``,
+``max``, ``stddev``/``variance`` (sample and population) and user aggregates. Anything
+else is refused with a message that names it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import sqlglot
+from sqlglot import exp
+
+from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, passthrough
+from strata.queries.errors import QueryError
+from strata.queries.expressions import MULT, col, is_aggregate
+from strata.queries.monoids import AggCall, UserAggregate
+
+_AGG_NAMES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
+              exp.Max: "max", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
+              exp.StddevPop: "stddev_pop", exp.Variance: "var_samp",
+              exp.VariancePop: "var_pop"}
+
+
+def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
+              keys: Mapping[str, Sequence[str]] | None = None,
+              aggregates: Mapping[str, UserAggregate] | None = None) -> Query:
+    """The query ``sql`` over ``flows`` (flow name → column → Spark type; a ``_mult``
+    column marks a flow with deletes). ``keys`` declares flows' unique keys (for joins);
+    ``aggregates`` names user aggregates the SQL may call."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
+    if not isinstance(tree, exp.Select):
+        raise QueryError(f"only SELECT queries are supported, not {tree.key.upper()}")
+    return _Converter(flows, keys or {}, aggregates or {}).query(tree)
+
+
+class _Scope:
+    """Columns visible in a FROM clause: alias → source column → internal name."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, dict[str, str]] = {}
+
+    def resolve(self, c: exp.Column) -> str:
+        if c.table:
+            if c.table not in self.aliases:
+                raise QueryError(f"unknown table or alias {c.table!r} in {c.sql()!r}")
+            cols = self.aliases[c.table]
+            if c.name not in cols:
+                raise QueryError(f"{c.table} has no column {c.name!r}; it has {sorted(cols)}")
+            return cols[c.name]
+        hits = [cols[c.name] for cols in self.aliases.values() if c.name in cols]
+        if not hits:
+            known = sorted({n for cols in self.aliases.values() for n in cols})
+            raise QueryError(f"unknown column {c.name!r}; known columns: {known}")
+        if len(hits) > 1:
+            raise QueryError(f"column {c.name!r} is ambiguous; qualify it with a table alias")
+        return hits[0]
+
+    def qualify(self, e: exp.Expression) -> exp.Expression:
+        return e.copy().transform(
+            lambda n: col(self.resolve(n)) if isinstance(n, exp.Column) else n)
+
+
+class _Converter:
+    def __init__(self, flows, keys, aggregates) -> None:
+        self.flows, self.keys, self.aggregates = flows, keys, aggregates
+        self.counter = 0
+
+    # -- FROM --------------------------------------------------------------------------
+    def _source(self, item: exp.Expression, prefixed: bool) -> tuple[Node, str, dict]:
+        alias = item.alias_or_name
+        prefix = f"{alias}__" if prefixed else ""
+        if isinstance(item, exp.Table):
+            flow = item.name
+            if flow not in self.flows:
+                raise QueryError(f"unknown flow {flow!r}; flows: {sorted(self.flows)}")
+            schema = dict(self.flows[flow])
+            has_mult = schema.pop(MULT, None) is not None
+            key = tuple(self.keys[flow]) if flow in self.keys else None
+            if key and not set(key) <= set(schema):
+                raise QueryError(f"declared key {list(key)} of {flow!r} is not among its "
+                                 f"columns {sorted(schema)}")
+            node = Scan(flow, schema, prefix, key, has_mult)
+            return node, alias, {c: prefix + c for c in schema}
+        if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
+            inner = self.query(item.this)
+            if inner.order_by or inner.limit is not None:
+                raise QueryError(f"ORDER BY/LIMIT inside subquery {alias!r} cannot be "
+                                 "maintained incrementally; move them to the outer query")
+            node = inner.root
+            if prefix:
+                node = Map(node, None, tuple((prefix + c, col(c)) for c in node.columns))
+            return node, alias, {c: prefix + c for c in inner.root.columns}
+        raise QueryError(f"unsupported FROM item {item.sql()!r}: use a flow or (SELECT …)")
+
+    def _from(self, select: exp.Select) -> tuple[Node, _Scope, list[exp.Expression]]:
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            raise QueryError("a query needs FROM")
+        scope = _Scope()
+        node, alias, cols = self._source(from_.this, bool(joins))
+        scope.aliases[alias] = cols
+        leftover: list[exp.Expression] = []
+        for j in joins:
+            kind = (j.args.get("side") or j.args.get("kind") or "").upper()
+            if kind not in ("", "INNER"):
+                raise QueryError(f"{kind} JOIN is not supported; only inner equi-joins are")
+            right, ralias, rcols = self._source(j.this, True)
+            if ralias in scope.aliases:
+                raise QueryError(f"alias {ralias!r} is used twice; give each table its own")
+            left_cols = set(node.columns)
+            scope.aliases[ralias] = rcols
+            on_expr = j.args.get("on")
+            if on_expr is None:
+                raise QueryError(f"JOIN {ralias} needs ON (cross joins are not supported)")
+            pairs = []
+            for c in _conjuncts(on_expr):
+                q = scope.qualify(c)
+                if isinstance(q, exp.EQ) and all(isinstance(s, exp.Column) for s in
+                                                 (q.left, q.right)):
+                    a, b = q.left.name, q.right.name
+                    if a in left_cols and b in rcols.values():
+                        pairs.append((a, b))
+                        continue
+                    if b in left_cols and a in rcols.values():
+                        pairs.append((b, a))
+                        continue
+                leftover.append(q)
+            if not pairs:
+                raise QueryError(f"JOIN {ralias}: ON needs an equality between a column of "
+                                 f"{ralias} and one of the tables before it")
+            node = Join(node, right, tuple(pairs))
+        return node, scope, leftover
+
+    # -- SELECT ------------------------------------------------------------------------
+    def query(self, select: exp.Select) -> Query:
+        for unsupported in ("windows", "qualify", "laterals", "pivots"):
+            if select.args.get(unsupported):
+                raise QueryError(f"{unsupported.upper()} is not supported in queries")
+        node, scope, conds = self._from(select)
+        where = select.args.get("where")
+        if where is not None:
+            for c in _conjuncts(where.this):
+                if isinstance(c, exp.In) and c.args.get("query") is not None:
+                    node = self._semi_join(node, scope, c)
+                else:
+                    conds.append(scope.qualify(c))
+        for e in conds:
+            if any(is_aggregate(n) for n in e.walk()):
+                raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
+        if conds:
+            node = Map(node, _and_all(conds))
+        items = self._select_items(select, scope, node)
+        group = select.args.get("group")
+        having = select.args.get("having")
+        has_agg = any(is_aggregate(n) for _, e in items for n in e.walk())
+        if group is not None or has_agg or having is not None or select.args.get("distinct"):
+            node = self._group_by(node, scope, items, group, having,
+                                  bool(select.args.get("distinct")))
+        else:
+            node = Map(node, None, tuple((n, scope.qualify(e)) for n, e in items))
+        return Query(node, self._order(select, node), self._limit(select))
+
+    def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expression]]:
+        items: list[tuple[str, exp.Expression]] = []
+        for e in select.expressions:
+            if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(
+                    e.this, exp.Star)):
+                table = e.table if isinstance(e, exp.Column) else ""
+                for alias, cols in scope.aliases.items():
+                    if table in ("", alias):
+                        items += [(c, exp.column(c, table=alias)) for c in cols]
+                continue
+            name = e.alias if isinstance(e, exp.Alias) else _default_name(e)
+            items.append((name, e.this if isinstance(e, exp.Alias) else e))
+        names = [n for n, _ in items]
+        if len(set(names)) != len(names):
+            raise QueryError(f"the query's output columns repeat a name: {names}; use AS")
+        return list(zip(names, [e for _, e in items], strict=True))
+
+    def _group_by(self, node, scope, items, group, having, distinct) -> GroupBy:
+        keys: list[tuple[str, exp.Expression]] = []
+        key_sql: dict[str, str] = {}
+        group_exprs = list(group.expressions) if group is not None else []
+        if distinct:
+            group_exprs += [e for _, e in items]
+        for g in group_exprs:
+            if isinstance(g, exp.Literal) and g.is_int:  # GROUP BY 1
+                g = items[int(g.this) - 1][1]
+            q = scope.qualify(g)
+            if q.sql() in key_sql:
+                continue
+            name = g.name if isinstance(g, exp.Column) else f"_k{len(keys)}"
+            if name in {n for n, _ in keys}:
+                name = f"_k{len(keys)}"
+            keys.append((name, q))
+            key_sql[q.sql()] = name
+        aggs: list[AggCall] = []
+        agg_sql: dict[str, str] = {}
+
+        def lower(e: exp.Expression) -> exp.Expression:
+            q = scope.qualify(e)
+
+            def sub(n: exp.Expression) -> exp.Expression:
+                if n.sql() in key_sql:
+                    return col(key_sql[n.sql()])
+                if is_aggregate(n) or self._user_call(n) is not None:
+                    s = n.sql()
+                    if s not in agg_sql:
+                        agg_sql[s] = f"_a{len(aggs)}"
+                        aggs.append(self._agg(n))
+                    return col(agg_sql[s])
+                return n
+
+            out = q.transform(sub)
+            for c in out.find_all(exp.Column):
+                if c.name not in key_sql.values() and c.name not in agg_sql.values():
+                    raise QueryError(f"column {c.name!r} in {e.sql()!r} must appear in GROUP "
+                                     "BY or inside an aggregate")
+            return out
+
+        outputs = tuple((n, lower(e)) for n, e in items)
+        hav = lower(having.this) if having is not None else None
+        return GroupBy(node, tuple(keys), tuple(aggs), outputs, hav)
+
+    def _user_call(self, n: exp.Expression) -> UserAggregate | None:
+        if isinstance(n, exp.Anonymous):
+            return self.aggregates.get(n.name.lower())
+        return None
+
+    def _agg(self, n: exp.Expression) -> AggCall:
+        user = self._user_call(n)
+        if user is not None:
+            args = n.expressions
+            if len(args) != 1:
+                raise QueryError(f"user aggregate {user.name}() takes one argument")
+            return AggCall(user.name, args[0], user=user)
+        func = _AGG_NAMES.get(type(n))
+        if func is None:
+            raise QueryError(f"aggregate {n.sql()!r} is not supported")
+        arg = n.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            if len(arg.expressions) != 1:
+                raise QueryError(f"{n.sql()!r}: count(distinct …) takes one expression")
+            arg = arg.expressions[0]
+        if isinstance(arg, exp.Star):
+            arg = None
+        if arg is not None and any(is_aggregate(x) for x in arg.walk()):
+            raise QueryError(f"nested aggregate {n.sql()!r}: aggregate a subquery instead")
+        return AggCall(func, arg, distinct)
+
+    def _semi_join(self, node: Node, scope: _Scope, cond: exp.In) -> Node:
+        """``x IN (SELECT c …)``: join with the subquery's distinct values of ``c``."""
+        inner = self.query(cond.args["query"].this if isinstance(
+            cond.args["query"], exp.Subquery) else cond.args["query"])
+        if len(inner.columns) != 1:
+            raise QueryError("a subquery in IN (…) must select exactly one column")
+        (c,) = inner.columns
+        self.counter += 1
+        name = f"_in{self.counter}"
+        distinct = GroupBy(inner.root, ((name, col(c)),), (), ((name, col(name)),))
+        left = scope.qualify(cond.this)
+        if not isinstance(left, exp.Column):
+            raise QueryError(f"IN (SELECT …) needs a column on its left, not {left.sql()!r}")
+        return Map(Join(node, distinct, ((left.name, name),)), None,
+                   passthrough(list(node.columns)))
+
+    def _order(self, select, node) -> tuple[tuple[str, bool], ...]:
+        order = select.args.get("order")
+        if order is None:
+            return ()
+        out = []
+        for o in order.expressions:
+            e = o.this
+            name = e.name if isinstance(e, exp.Column) else None
+            if isinstance(e, exp.Literal) and e.is_int:
+                name = list(node.columns)[int(e.this) - 1]
+            if name not in node.columns:
+                raise QueryError(f"ORDER BY {e.sql()!r}: order by an output column name")
+            out.append((name, not o.args.get("desc")))
+        return tuple(out)
+
+    @staticmethod
+    def _limit(select) -> int | None:
+        lim = select.args.get("limit")
+        if lim is None:
+            return None
+        e = lim.expression
+        if not (isinstance(e, exp.Literal) and e.is_int):
+            raise QueryError("LIMIT needs a number")
+        return int(e.this)
+
+
+def _default_name(e: exp.Expression) -> str:
+    if isinstance(e, exp.Column):
+        return e.name
+    return re.sub(r"[^0-9a-zA-Z]+", "_", e.sql(dialect="spark").lower()).strip("_") or "col"
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    e = e.unnest() if isinstance(e, exp.Paren) else e
+    return list(e.flatten()) if isinstance(e, exp.And) else [e]
+
+
+def _and_all(es: list[exp.Expression]) -> exp.Expression:
+    out = es[0]
+    for e in es[1:]:
+        out = exp.and_(out, e)
+    return out

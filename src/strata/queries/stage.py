@@ -1,0 +1,122 @@
+"""A query as a stage of a strata dataflow, and reading its answer.
+
+:func:`add_query` compiles a query (SQL text, a :class:`~strata.queries.api.Relation`
+or an algebra :class:`~strata.queries.algebra.Query`) into a stage whose epochs run as
+Spark DataFrame plans. The stage reads the flows the query scans and writes one flow
+(named like the query unless ``output=`` says otherwise) carrying the *changes* of the
+answer: its columns plus ``_mult`` (+1 a row enters the answer, −1 it leaves), so a
+downstream query or stage sees deletes. The current answer is read with
+:func:`read_answer` (``Controller.answer``, ``strata show NAME``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.controller.runnability import runnable_any
+from strata.model.dataflow import Dataflow, Input, Stage
+from strata.model.schema import to_ddl, type_ddl
+from strata.physical.increments import read_records
+from strata.physical.state import StateSnapshot
+from strata.queries.algebra import GroupBy, Node, Query, Scan
+from strata.queries.api import Relation
+from strata.queries.execution import QueryProgram, output_ddl
+from strata.queries.expressions import MULT
+from strata.queries.incremental import IncrementalQuery, derive
+from strata.queries.monoids import UserAggregate
+from strata.queries.sql import parse_sql
+
+
+def flow_columns(df: Dataflow) -> dict[str, dict[str, str]]:
+    """Every flow of ``df``: column → Spark type."""
+    return {name: {f.name: type_ddl(f.type) for f in flow.schema}
+            for name, flow in df.flows.items()}
+
+
+def compile_query(query: str | Relation | Query, flows: Mapping[str, Mapping[str, str]],
+                  keys: Mapping[str, Sequence[str]] | None = None,
+                  aggregates: Mapping[str, UserAggregate] | None = None) -> IncrementalQuery:
+    """Parse (if needed) and derive the incremental program of ``query``."""
+    if isinstance(query, str):
+        query = parse_sql(query, flows, keys, aggregates)
+    elif isinstance(query, Relation):
+        query = query.to_query(flows, keys)
+    return derive(query)
+
+
+def add_query(df: Dataflow, name: str, query: str | Relation | Query, *,
+              keys: Mapping[str, Sequence[str]] | None = None,
+              aggregates: Mapping[str, UserAggregate] | None = None,
+              output: str | None = None) -> Stage:
+    """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change.
+
+    ``keys`` declares unique keys of flows (``{"customers": ["id"]}``), which joins need;
+    ``aggregates`` names user aggregates the SQL calls. Raises
+    :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
+    blocking operator) when the query cannot be maintained."""
+    inc = compile_query(query, flow_columns(df), keys, aggregates)
+    scanned = sorted({n.flow for n in _walk(inc.root) if isinstance(n, Scan)})
+    out = output or name
+    program = QueryProgram(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
+                           output_ddl(inc.root.columns))
+    return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
+                    outputs={out: program.output_ddl}, runnable=runnable_any)
+
+
+def read_answer(program: QueryProgram, snap: StateSnapshot) -> pa.Table:
+    """The query's current answer from its committed state (no Spark needed)."""
+    files, _ = program.answer_files(snap)
+    q = program.inc.query
+    cols = list(q.columns)
+    schema = pa.schema([(c, f.type) for c in cols
+                        for f in [_field(program.output_ddl, c)]])
+    rows = read_records(files)
+    if isinstance(program.inc.root, GroupBy):
+        rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
+        if not program.inc.root.keys and not rows:
+            rows = [_empty_total(program)]
+    else:  # an accumulated bag of changes: net each row's multiplicity
+        net: dict[tuple, int] = {}
+        for r in rows:
+            k = tuple(_hashable(r[c]) for c in cols)
+            net[k] = net.get(k, 0) + r[MULT]
+        rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    if q.order_by:
+        order = [(c, "ascending" if asc else "descending") for c, asc in q.order_by]
+        table = table.take(pc.sort_indices(table, sort_keys=order, null_placement="at_start"))
+    return table.slice(0, q.limit) if q.limit is not None else table
+
+
+def _empty_total(program: QueryProgram) -> dict:
+    """A total aggregate over no rows still answers one row (count 0, the rest NULL)."""
+    node = program.inc.root
+    out = {}
+    for n, e in node.outputs:
+        name = getattr(e, "name", "")
+        i = int(name[2:]) if name.startswith("_a") and name[2:].isdigit() else None
+        out[n] = 0 if i is not None and node.aggs[i].func == "count" else None
+    return out
+
+
+def _field(ddl: str, name: str) -> pa.Field:
+    from strata.model.schema import parse_ddl
+
+    return parse_ddl(ddl).field(name)
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def _walk(node: Node):
+    yield node
+    for c in node.children:
+        yield from _walk(c)
