@@ -168,8 +168,10 @@ def _user(call: AggCall, prefix: str, retracts: bool) -> Monoid:
         lifted = (f"CASE WHEN {_q(MULT)} > 0 THEN {lifted} "
                   f"ELSE {_lambda(u.inverse, {'a': lifted})} END")
     zero = f"CAST({u.zero} AS {u.state_type})"
-    lift = (f"aggregate(flatten(collect_list(array_repeat(CAST({lifted} AS {u.state_type}), "
-            f"CAST(abs({_q(MULT)}) AS int)))), {zero}, (a, b) -> {u.merge})")
+    # NULL arguments are skipped, as SQL aggregates do; a group of only NULLs answers zero
+    values = (f"filter(flatten(collect_list(array_repeat(CAST({lifted} AS {u.state_type}), "
+              f"CAST(abs({_q(MULT)}) AS int)))), v -> v IS NOT NULL)")
+    lift = f"aggregate({values}, {zero}, (a, b) -> {u.merge})"
     p = Part(f"{prefix}_u", "user", lift,
              f"CASE WHEN s IS NULL THEN d WHEN d IS NULL THEN s ELSE "
              f"{_lambda(u.merge, {'a': 's', 'b': 'd'})} END")
