@@ -456,6 +456,58 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
                                "completes it", style="yellow"))
 
 
+# -- query -----------------------------------------------------------------------------
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(metavar="SQL", show_default=False,
+                                       help="A SELECT over the home's flows.")],
+    home: HomeOption,
+    name: Annotated[str, typer.Option(help="The query's name (its stage; `strata show "
+                                           "NAME` prints its answer).")],
+    key: Annotated[list[str] | None, typer.Option(
+        "--key", metavar="FLOW=COL[,COL]",
+        help="A flow's unique key, which joins need (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check the query and explain it without registering it.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
+    every later `strata run` of the home keeps its answer up to date (it sees the
+    increments that arrive after it is registered)."""
+    with _reported():
+        from strata.model.schema import parse_ddl, type_ddl
+        from strata.queries.stage import compile_query
+
+        root = _existing_home(home)
+        keys: dict[str, list[str]] = {}
+        for k in key or []:
+            flow, _, cols = k.partition("=")
+            if not flow or not cols:
+                raise StrataError(f"--key {k!r}: write FLOW=COL or FLOW=COL1,COL2")
+            keys[flow] = cols.split(",")
+        catalog = _catalog(root)
+        try:
+            flows = {f: {x.name: type_ddl(x.type) for x in parse_ddl(v["schema"])}
+                     for f, v in catalog.flows().items()}
+            if name in catalog.stages() or name in catalog.queries() or name in flows:
+                raise StrataError(f"the home already has a stage or flow named {name!r}")
+            plan = compile_query(sql, flows, keys)
+            if not dry_run:
+                catalog.save_query(name, {"sql": sql, "keys": keys}, plan.input_flows)
+        finally:
+            catalog.close()
+        if json_out:
+            print(_dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
+                          "columns": plan.root.columns}))
+            return
+        console = _out()
+        console.print(Text(plan.explain()))
+        if not dry_run:
+            console.print(f"registered query [bold]{escape(name)}[/]: `strata run PIPELINE "
+                          f"--home {escape(str(home))}` computes it; `strata show {escape(name)}"
+                          f" --home {escape(str(home))}` prints its answer")
+
+
 # -- show ------------------------------------------------------------------------------
 def state_records(home: str, stage: str) -> tuple[int, list[dict]]:
     """A stage's committed state records and epoch, read from files (no Spark).
@@ -487,6 +539,15 @@ def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
                 raise StrataError(f"stage {stage!r} keeps only its current state (epoch "
                                   f"{current}), not epoch {epoch}")
             return f"state of {stage} after epoch {current}", recs
+        if flow in stages and flow not in flows and _stage_dir(home, flow).current().query:
+            if all_ or epoch is not None:
+                raise StrataError(f"{flow!r} is a query: only its current answer is kept "
+                                  f"(its changes are the flow {flow}_changes)")
+            from strata.queries.stage import read_answer
+
+            snap = _stage_dir(home, flow).current()
+            return f"answer of query {flow} after epoch {snap.epoch}", \
+                read_answer(snap).to_pylist()
         if flow not in flows:
             raise StrataError(
                 f"home has no flow {flow!r}; flows: {', '.join(sorted(flows)) or 'none'}; "
@@ -522,7 +583,8 @@ def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
 def show(
     flow: Annotated[str, typer.Argument(
         metavar="FLOW", show_default=False,
-        help="A flow name, or STAGE.state for a stage's current state.")],
+        help="A flow name, a query's name for its current answer, or STAGE.state for a "
+             "stage's current state.")],
     home: HomeOption,
     epoch: Annotated[int | None, typer.Option(
         help="The increment written in epoch N of the flow's producer (or ingest N).")] = None,
@@ -534,8 +596,8 @@ def show(
         min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")
                      ] = None,
 ) -> None:
-    """Print the records of FLOW's newest stored increment (or --epoch N, or --all), or of
-    a stage's state (FLOW = STAGE.state)."""
+    """Print the records of FLOW's newest stored increment (or --epoch N, or --all), a
+    query's current answer (FLOW = the query's name), or a stage's state (STAGE.state)."""
     with _reported():
         if epoch is not None and all_:
             raise StrataError("give either --epoch N or --all, not both")

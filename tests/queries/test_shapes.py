@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller.controller import Controller
-from strata.queries import UserAggregate, add_query, read_answer, table
+from strata.queries import UserAggregate, add_query, table
 
 R_SCHEMA = "x bigint, y bigint, _mult bigint"  # facts, with deletes
 D_SCHEMA = "id bigint, name string, grp string, _mult bigint"  # a dimension keyed by id
@@ -129,7 +129,7 @@ def check_history(spark, home, history, shapes=SHAPES) -> None:
                 seen[flow] += recs
             c.run()
             for name, (sql, ddb) in shapes.items():
-                rows = read_answer(df.stages[name].program, c.runner.committed(name))
+                rows = c.answer(name)
                 got = normalized(tuple(r.values()) for r in rows.to_pylist())
                 want = duckdb_answer(ddb or sql, seen)
                 assert got == want, f"{name} after {len(seen['R'])} R records"
@@ -156,8 +156,8 @@ def test_python_api_builds_the_same_query(spark, tmp_path):
         c.ingest("D", [{"id": i, "name": f"n{i}", "grp": "ab"[i % 2], "_mult": 1}
                        for i in range(4)])
         c.run()
-        api = read_answer(df.stages["api"].program, c.runner.committed("api")).to_pylist()
-        sql = read_answer(df.stages["sql"].program, c.runner.committed("sql")).to_pylist()
+        api = c.answer("api").to_pylist()
+        sql = c.answer("sql").to_pylist()
     assert sorted(api, key=repr) == sorted(sql, key=repr)
     assert {r["grp"] for r in api} == {"a", "b"}
 
@@ -180,8 +180,8 @@ def test_output_flow_is_the_changelog_of_the_answer(spark, tmp_path, name):
             c.ingest("R", [{"x": j % 3, "y": j * e, "_mult": 1} for j in range(8)])
             c.ingest("D", dimension_updates(e, range(3)))
             c.run()
-        changes = c.read_flow(name).to_pylist()
-        answer = read_answer(df.stages[name].program, c.runner.committed(name)).to_pylist()
+        changes = c.read_flow(f"{name}_changes").to_pylist()
+        answer = c.answer(name).to_pylist()
     assert any(r["_mult"] == -1 for r in changes)  # answers changed, so old rows retracted
     bag: Counter = Counter()
     for r in changes:

@@ -101,6 +101,23 @@ class Catalog:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    def queries(self) -> dict[str, dict]:
+        """Continuous queries registered with ``strata query``: name -> spec."""
+        rows = self.db.execute("SELECT key, value FROM meta WHERE key LIKE 'query:%' "
+                               "ORDER BY key")
+        return {k[len("query:"):]: json.loads(v) for k, v in rows}
+
+    def save_query(self, name: str, spec: dict, inputs: Sequence[str]) -> None:
+        """Register query ``name`` and connect it to its ``inputs`` now, so increments
+        ingested before the next run reach it."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                       (f"query:{name}", json.dumps(spec)))
+            for flow in inputs:
+                db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES (?, ?)",
+                           (flow, name))
+            db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (name,))
+
     def flows(self) -> dict[str, dict]:
         rows = self.db.execute("SELECT name, schema, producer, external FROM flows")
         return {n: {"schema": s, "producer": p, "external": bool(e)} for n, s, p, e in rows}

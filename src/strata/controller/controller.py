@@ -95,6 +95,9 @@ class Controller:
     ) -> None:
         home = os.fspath(home)
         self.home = home if "://" in home else os.path.abspath(home)
+        Path(self.home).mkdir(parents=True, exist_ok=True)
+        self.catalog = open_catalog(self.home)
+        _attach_registered_queries(dataflow, self.catalog)
         self.dataflow = dataflow.validate()
         units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
@@ -102,8 +105,6 @@ class Controller:
         self.mode, self.num_partitions = mode, num_partitions
         self._runner: SparkStageRunner | None = None
         self._lock_fd: int | None = None
-        Path(self.home).mkdir(parents=True, exist_ok=True)
-        self.catalog = open_catalog(self.home)
         self._register()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -200,6 +201,17 @@ class Controller:
         if not files:
             return spark.createDataFrame([], schema=to_ddl(self.dataflow.flows[flow].schema))
         return spark.read.parquet(*files)
+
+    def answer(self, query: str) -> pa.Table:
+        """The current answer of the compiled query ``query`` (``.to_pandas()`` for pandas)."""
+        from strata.queries.stage import read_answer
+
+        return read_answer(StateDir(fs.join(self.home, "state", query), query).current())
+
+    def answer_dataframe(self, query: str) -> DataFrame:
+        """The same answer as a Spark DataFrame."""
+        table = self.answer(query)
+        return self.runner.spark.createDataFrame(table.to_pandas(), schema=to_ddl(table.schema))
 
     def state_records(self, stage: str) -> list[dict]:
         """A stage's committed state records."""
@@ -502,6 +514,15 @@ def _delete_increment_files(files: Sequence[str]) -> None:
 
 def name_of(unit: PhysicalStage) -> str:
     return unit.stage.name
+
+
+def _attach_registered_queries(dataflow: Dataflow, catalog: Catalog) -> None:
+    """Add the queries ``strata query`` registered in the home as stages of ``dataflow``."""
+    from strata.queries.stage import add_query  # the query layer builds on this one
+
+    for name, spec in catalog.queries().items():
+        if name not in dataflow.stages:
+            add_query(dataflow, name, spec["sql"], keys=spec.get("keys") or None)
 
 
 def open_catalog(home: str) -> Catalog:

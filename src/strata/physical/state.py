@@ -40,6 +40,7 @@ class StateSnapshot:
     metrics: dict = field(default_factory=dict)
     # a compiled query's tables: name -> {"files": [...], "ddl": ..., "lineage": [...]}
     tables: dict[str, dict] = field(default_factory=dict)
+    query: dict = field(default_factory=dict)  # how to read a compiled query's answer
 
     def to_json(self) -> dict:
         return {
@@ -53,6 +54,7 @@ class StateSnapshot:
             "outputs": {f: inc.to_json() for f, inc in self.outputs.items()},
             "metrics": self.metrics,
             "tables": self.tables,
+            "query": self.query,
         }
 
     @classmethod
@@ -68,6 +70,7 @@ class StateSnapshot:
             outputs={f: Increment.from_json(i) for f, i in d["outputs"].items()},
             metrics=d.get("metrics", {}),
             tables=d.get("tables", {}),
+            query=d.get("query", {}),
         )
 
     @property

@@ -17,6 +17,7 @@ before the next epoch reads anything (and by the stage's garbage collection).
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -126,11 +127,19 @@ class QueryProgram:
         self.output = output
         self.output_ddl = output_ddl
 
-    # -- reading the answer --------------------------------------------------------------
-    def answer_files(self, snap: StateSnapshot) -> tuple[list[str], str]:
-        root = self.inc.root
-        name = self.inc.groups[id(root)].name if isinstance(root, GroupBy) else ANSWER
-        return snap.tables.get(name, {}).get("files", []), name
+    def answer_spec(self) -> dict:
+        """What reading the answer needs, kept in each epoch's manifest so that the answer
+        can be read without the dataflow or Spark (``strata show NAME``)."""
+        root, q = self.inc.root, self.inc.query
+        grouped = isinstance(root, GroupBy)
+        counts = []
+        if grouped and not root.keys:  # a total aggregate over no rows: count 0, else NULL
+            counts = [n for n, e in root.outputs if getattr(e, "name", "") in {
+                f"_a{i}" for i, a in enumerate(root.aggs) if a.func == "count"}]
+        return {"table": self.inc.groups[id(root)].name if grouped else ANSWER,
+                "grouped": grouped, "total": grouped and not root.keys,
+                "total_counts": counts, "columns": list(q.columns), "ddl": self.output_ddl,
+                "order_by": [list(o) for o in q.order_by], "limit": q.limit}
 
     # -- one epoch -------------------------------------------------------------------------
     def run_epoch(self, runner: SparkStageRunner, stage: Stage,
@@ -163,7 +172,8 @@ class QueryProgram:
         except Exception as e:
             self._discard(out_dir, sd.root)
             raise EpochError("Spark could not run the query epoch", stage=stage.name,
-                             epoch=epoch, cause=_spark_cause(e)) from e
+                             epoch=epoch, cause=spark_error_summary(e) or _spark_cause(e)
+                             ) from e
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", previous)
             sc.setJobDescription(None)
@@ -174,7 +184,7 @@ class QueryProgram:
         outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
         new_tables = tables.commit_files()
         snap = StateSnapshot(stage=stage.name, epoch=epoch, mode=runner.mode, num_partitions=n,
-                             outputs=outputs, tables=new_tables)
+                             outputs=outputs, tables=new_tables, query=self.answer_spec())
         snap.metrics = {"state_bytes_total": snap.total_bytes,
                         "state_bytes_total_before": cur.total_bytes}
         sd.commit(snap)
@@ -185,6 +195,16 @@ class QueryProgram:
     def _discard(out_dir: str, root: str) -> None:
         fs.delete_quietly(out_dir)
         fs.delete_quietly(fs.join(root, "staging"))
+
+
+def spark_error_summary(e: Exception) -> str | None:
+    """The first ``[ERROR_CLASS] message`` line of a Spark error (its SQL error class says
+    what failed: a division by zero, an overflow, a bad cast), without the JVM stack."""
+    for line in str(e).splitlines():
+        m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
+        if m:
+            return f"[{m.group(1)}] {m.group(2).strip()}"[:500]
+    return None
 
 
 def _cast_to(ddl: str, df: DataFrame) -> list[Column]:

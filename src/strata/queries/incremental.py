@@ -58,13 +58,22 @@ class IncrementalQuery:
     root: Node
     groups: dict[int, GroupPlan] = field(default_factory=dict)  # id(node) -> plan
     joins: dict[int, JoinPlan] = field(default_factory=dict)
-    recompute: bool = False
+
+    @property
+    def input_flows(self) -> list[str]:
+        """The flows the query scans."""
+        found: set[str] = set()
+        todo = [self.root]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, Scan):
+                found.add(n.flow)
+            todo += n.children
+        return sorted(found)
 
     def explain(self) -> str:
         """``h``, ``⊗`` and ``a`` of every stateful operator, as readable text."""
         lines: list[str] = []
-        if self.recompute:
-            lines.append("mode: full recomputation each epoch (opted in)")
         self._explain(self.root, 0, lines)
         if self.query.order_by or self.query.limit is not None:
             order = ", ".join(f"{c} {'asc' if a else 'desc'}" for c, a in self.query.order_by)
@@ -101,30 +110,28 @@ class IncrementalQuery:
             self._explain(c, depth + 1, lines)
 
 
-def derive(query: Query, recompute: bool = False) -> IncrementalQuery:
+def derive(query: Query) -> IncrementalQuery:
     """The incremental program of ``query`` (normalized first).
 
-    Raises :class:`NotIncrementalError` naming the operator that blocks it, unless
-    ``recompute`` is set, in which case the whole query is recomputed each epoch."""
+    Raises :class:`NotIncrementalError` naming the operator that blocks it."""
     root = normalize(query.root)
-    out = IncrementalQuery(Query(root, query.order_by, query.limit), root, recompute=recompute)
+    out = IncrementalQuery(Query(root, query.order_by, query.limit), root)
     counter = iter(range(1_000_000))
 
     def visit(node: Node) -> None:
         for c in node.children:
             visit(c)
         if isinstance(node, Join):
-            if node.kind == "many-to-many" and not recompute:
+            if node.kind == "many-to-many":
                 raise NotIncrementalError(
                     f"join on {' and '.join(f'{a} = {b}' for a, b in node.on)}",
                     "is many-to-many (neither side has a declared key within the join "
                     "columns), so one new row can join with unboundedly many old ones",
                     "declare the key of the side that is unique per join key (keys= in the "
-                    "Python API, --key FLOW=COL in the CLI), or opt in to recompute=True")
+                    "Python API, --key FLOW=COL in the CLI)")
             out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
         elif isinstance(node, GroupBy):
-            retracts = node.child.retracts and not recompute  # recompute nets deletes first
-            monoids = [monoid(a, f"_p{i}", node.child.columns, retracts)
+            monoids = [monoid(a, f"_p{i}", node.child.columns, node.child.retracts)
                        for i, a in enumerate(node.aggs)]
             out.groups[id(node)] = GroupPlan(node, f"group{next(counter)}", monoids)
         elif not isinstance(node, (Map, Scan)):

@@ -161,7 +161,7 @@ def _user(call: AggCall, prefix: str, retracts: bool) -> Monoid:
     if retracts and u.inverse is None:
         raise NotIncrementalError(
             f"aggregate {u.name}()", "has no inverse but its input can delete rows",
-            "declare inverse= on the UserAggregate, or run the query with recompute=True")
+            "declare inverse= on the UserAggregate (e.g. \"-a\" for a sum)")
     x = f"({to_sql(call.arg)})" if call.arg is not None else "NULL"
     lifted = _lambda(u.lift, {"x": x})
     if u.inverse is not None:

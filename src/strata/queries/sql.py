@@ -246,7 +246,10 @@ class _Converter:
             return AggCall(user.name, args[0], user=user)
         func = _AGG_NAMES.get(type(n))
         if func is None:
-            raise QueryError(f"aggregate {n.sql()!r} is not supported")
+            name = (n.name if isinstance(n, exp.Anonymous) else n.sql_name()).lower()
+            raise QueryError(f"aggregate {name}() is not supported; use count, sum, avg, min, "
+                             "max, count(distinct), stddev/variance, or declare a "
+                             "UserAggregate")
         arg = n.this
         distinct = isinstance(arg, exp.Distinct)
         if distinct:

@@ -3,10 +3,11 @@
 :func:`add_query` compiles a query (SQL text, a :class:`~strata.queries.api.Relation`
 or an algebra :class:`~strata.queries.algebra.Query`) into a stage whose epochs run as
 Spark DataFrame plans. The stage reads the flows the query scans and writes one flow
-(named like the query unless ``output=`` says otherwise) carrying the *changes* of the
+(``NAME_changes`` unless ``output=`` says otherwise) carrying the *changes* of the
 answer: its columns plus ``_mult`` (+1 a row enters the answer, −1 it leaves), so a
 downstream query or stage sees deletes. The current answer is read with
-:func:`read_answer` (``Controller.answer``, ``strata show NAME``).
+:func:`read_answer` (``Controller.answer``, ``strata show NAME``); ``ORDER BY`` and
+``LIMIT`` apply there, not to the changes.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import pyarrow.compute as pc
 
 from strata.controller.runnability import runnable_any
 from strata.model.dataflow import Dataflow, Input, Stage
-from strata.model.schema import to_ddl, type_ddl
+from strata.model.errors import StrataError
+from strata.model.schema import parse_ddl, to_ddl, type_ddl
 from strata.physical.increments import read_records
 from strata.physical.state import StateSnapshot
-from strata.queries.algebra import GroupBy, Node, Query, Scan
+from strata.queries.algebra import Query
 from strata.queries.api import Relation
 from strata.queries.execution import QueryProgram, output_ddl
 from strata.queries.expressions import MULT
@@ -58,26 +60,26 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query, *,
     :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
     blocking operator) when the query cannot be maintained."""
     inc = compile_query(query, flow_columns(df), keys, aggregates)
-    scanned = sorted({n.flow for n in _walk(inc.root) if isinstance(n, Scan)})
-    out = output or name
+    scanned = inc.input_flows
+    out = output or f"{name}_changes"
     program = QueryProgram(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
                            output_ddl(inc.root.columns))
     return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
                     outputs={out: program.output_ddl}, runnable=runnable_any)
 
 
-def read_answer(program: QueryProgram, snap: StateSnapshot) -> pa.Table:
-    """The query's current answer from its committed state (no Spark needed)."""
-    files, _ = program.answer_files(snap)
-    q = program.inc.query
-    cols = list(q.columns)
-    schema = pa.schema([(c, f.type) for c in cols
-                        for f in [_field(program.output_ddl, c)]])
-    rows = read_records(files)
-    if isinstance(program.inc.root, GroupBy):
+def read_answer(snap: StateSnapshot) -> pa.Table:
+    """A compiled query's current answer from its committed state (no Spark needed)."""
+    spec = snap.query
+    if not spec:
+        raise StrataError(f"stage {snap.stage!r} is not a query, or has not run yet")
+    cols = spec["columns"]
+    schema = pa.schema([parse_ddl(spec["ddl"]).field(c) for c in cols])
+    rows = read_records(snap.tables.get(spec["table"], {}).get("files", []))
+    if spec["grouped"]:
         rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
-        if not program.inc.root.keys and not rows:
-            rows = [_empty_total(program)]
+        if spec["total"] and not rows:
+            rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
     else:  # an accumulated bag of changes: net each row's multiplicity
         net: dict[tuple, int] = {}
         for r in rows:
@@ -85,27 +87,10 @@ def read_answer(program: QueryProgram, snap: StateSnapshot) -> pa.Table:
             net[k] = net.get(k, 0) + r[MULT]
         rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
     table = pa.Table.from_pylist(rows, schema=schema)
-    if q.order_by:
-        order = [(c, "ascending" if asc else "descending") for c, asc in q.order_by]
-        table = table.take(pc.sort_indices(table, sort_keys=order, null_placement="at_start"))
-    return table.slice(0, q.limit) if q.limit is not None else table
-
-
-def _empty_total(program: QueryProgram) -> dict:
-    """A total aggregate over no rows still answers one row (count 0, the rest NULL)."""
-    node = program.inc.root
-    out = {}
-    for n, e in node.outputs:
-        name = getattr(e, "name", "")
-        i = int(name[2:]) if name.startswith("_a") and name[2:].isdigit() else None
-        out[n] = 0 if i is not None and node.aggs[i].func == "count" else None
-    return out
-
-
-def _field(ddl: str, name: str) -> pa.Field:
-    from strata.model.schema import parse_ddl
-
-    return parse_ddl(ddl).field(name)
+    if spec["order_by"]:
+        order = [(c, "ascending" if asc else "descending") for c, asc in spec["order_by"]]
+        table = table.take(pc.sort_indices(table, sort_keys=order))
+    return table.slice(0, spec["limit"]) if spec["limit"] is not None else table
 
 
 def _hashable(v):
@@ -115,8 +100,3 @@ def _hashable(v):
         return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
     return v
 
-
-def _walk(node: Node):
-    yield node
-    for c in node.children:
-        yield from _walk(c)
