@@ -120,3 +120,35 @@ def test_group_state_is_never_reshuffled(spark, tmp_path):
         per_state[keys] = m.shuffle_write_bytes
     assert per_state[2_000] > 0
     assert per_state[20_000] < 1.5 * per_state[2_000]
+
+
+def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypatch):
+    from strata.queries import execution
+
+    monkeypatch.setattr(execution, "COMPACT_FILES_PER_BUCKET", 1)
+    df = Dataflow("j")
+    df.source("R", "k bigint, v bigint, _mult bigint")
+    df.source("S", "k bigint, w bigint")
+    add_query(df, "j", "SELECT R.k, sum(S.w) AS s FROM R JOIN S ON R.k = S.k GROUP BY R.k",
+              keys={"R": ["k"]})
+    bag: Counter = Counter()
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        for e in range(4):
+            r = [{"k": e, "v": e, "_mult": 1}]
+            if e:  # replace the previous row: an insert and a delete that compaction nets
+                r.append({"k": e - 1, "v": e - 1, "_mult": -1})
+            c.ingest("R", r)
+            c.ingest("S", [{"k": k, "w": 10 * e + k} for k in range(4)])
+            c.run()
+            for k in range(4):
+                bag[k] += 10 * e + k
+        left = c.runner.committed("j").tables["join0_left"]["files"]
+        rows = [r for r in c.runner.state_dir("j").records() if r["_table"] == "join0_left"]
+        answer = c.answer("j").to_pylist()
+    assert answer == [{"k": 3, "s": bag[3]}]
+    net = Counter()
+    for r in rows:
+        net[r["R__k"]] += r["_mult"]
+    assert +net == Counter({3: 1})
+    assert len(rows) < 7  # 7 rows were appended; compaction netted some away
+    assert len(left) <= 4  # at most one compacted run and one appended run per bucket

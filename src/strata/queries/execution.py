@@ -29,7 +29,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from strata.model.errors import EpochError, StrataError
-from strata.model.schema import to_ddl
 from strata.physical import fs
 from strata.physical.increments import Increment
 from strata.physical.state import StateSnapshot
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from strata.physical.runner import EpochResult, SparkStageRunner
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
+COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
 
 
 def ddl_of(schema: StructType) -> str:
@@ -160,12 +160,14 @@ class QueryProgram:
         try:
             tables = QueryTables(spark, sd.root, cur.tables, n, token)
             run = _EpochRun(self, spark, tables, inputs)
-            changes = run.changes(self.inc.root)
-            if not isinstance(self.inc.root, GroupBy):
-                tables.stage(ANSWER, changes, [], "append")
-            out = changes.select(*_cast_to(self.output_ddl, changes))
-            out.write.mode("overwrite").parquet(out_dir)
-            run.release()
+            try:
+                changes = run.changes(self.inc.root)
+                if not isinstance(self.inc.root, GroupBy):
+                    tables.stage(ANSWER, changes, [], "append")
+                out = changes.select(*_cast_to(self.output_ddl, changes))
+                out.write.mode("overwrite").parquet(out_dir)
+            finally:
+                run.release()
         except StrataError:
             self._discard(out_dir, sd.root)
             raise
@@ -209,13 +211,7 @@ def spark_error_summary(e: Exception) -> str | None:
 
 def _cast_to(ddl: str, df: DataFrame) -> list[Column]:
     """Columns of ``df`` cast to the declared output schema, in its order."""
-    from strata.model.schema import to_arrow_schema
-
-    schema = to_arrow_schema(ddl)
-    spark_types = {f.name: f.dataType for f in StructType.fromDDL(ddl).fields} \
-        if hasattr(StructType, "fromDDL") else {}
-    return [F.col(f"`{f.name}`").cast(spark_types[f.name]).alias(f.name)
-            if f.name in spark_types else F.col(f"`{f.name}`") for f in schema]
+    return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in _spark_type(ddl).fields]
 
 
 class _EpochRun:
@@ -297,9 +293,23 @@ class _EpochRun:
         for p in parts[1:]:
             out = out.unionByName(p)
         out = self._materialize(out)
-        self.tables.stage(f"{plan.name}_left", dl.repartition("_j"), ["_j"], "append")
-        self.tables.stage(f"{plan.name}_right", dr.repartition("_j"), ["_j"], "append")
+        for side, delta, old in (("left", dl, left), ("right", dr, right)):
+            self._append(f"{plan.name}_{side}", delta, old)
         return out
+
+    def _append(self, name: str, delta: DataFrame, old: DataFrame | None) -> None:
+        """Append a join input's increment to its table; when the table has many files,
+        rewrite it instead with rows netted (a delete cancels its insert). Both writes
+        stay bucketed by ``_j`` without shuffling the old rows."""
+        files = len(self.tables.live.get(name, {}).get("files", []))
+        if old is None or files < COMPACT_FILES_PER_BUCKET * self.tables.n:
+            self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
+            return
+        cols = [c for c in old.columns if c != MULT]
+        both = old.unionByName(delta.select(*old.columns))
+        netted = (both.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
+                  .select(*old.columns))
+        self.tables.stage(name, netted, ["_j"], "replace")
 
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
@@ -377,6 +387,3 @@ def output_ddl(columns: Mapping[str, str]) -> str:
     """The DDL of a query's output flow: its columns and the multiplicity."""
     return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
 
-
-def flow_ddl(schema) -> str:
-    return to_ddl(schema)
