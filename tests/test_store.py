@@ -83,6 +83,7 @@ def test_matches_dict_model(tmp_path, epochs, max_runs, frac, partial_index):
     with pytest.MonkeyPatch.context() as mp:
         if partial_index:  # force the header/directory/bucket read path
             mp.setattr(store, "_SMALL_INDEX", 0)
+            mp.setattr(store, "_DENSE_LOOKUP", 0)
         model: dict = {}
         runs = apply_epochs(root, epochs, max_runs, frac, model)
     assert len(runs) <= max(max_runs, 2)
@@ -95,6 +96,7 @@ def test_hash_collisions(tmp_path, monkeypatch, fake, partial_index):
     monkeypatch.setattr(store, "hash64", fake)
     if partial_index:
         monkeypatch.setattr(store, "_SMALL_INDEX", 0)
+        monkeypatch.setattr(store, "_DENSE_LOOKUP", 0)
     rng = random.Random(1)
     epochs = [
         [(rng.randrange(60), [{"v": rng.random()}] * rng.randrange(3)) for _ in range(40)]

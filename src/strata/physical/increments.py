@@ -45,12 +45,38 @@ def iter_records(uri: str, batch_size: int = 65536) -> Iterator[dict]:
         yield from batch
 
 
-def iter_batches(uri: str, batch_size: int = 65536) -> Iterator[list[dict]]:
-    """Stream a Parquet file's records in lists of at most ``batch_size``."""
+def iter_batches(
+    uri: str, batch_size: int = 65536, part: int = 0, parts: int = 1
+) -> Iterator[list[dict]]:
+    """Stream a Parquet file's records in lists of at most ``batch_size``.
+
+    With ``parts > 1``, only slice ``part`` of ``parts``: rows ``[part * n // parts,
+    (part + 1) * n // parts)`` of the file's ``n`` rows (row groups outside it are skipped),
+    so that several tasks can share one large file.
+    """
     fs, path = resolve(uri)
     with fs.open_input_file(path) as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
-            yield records_of(batch)
+        pf = pq.ParquetFile(f)
+        if parts == 1:
+            for batch in pf.iter_batches(batch_size=batch_size):
+                yield records_of(batch)
+            return
+        meta = pf.metadata
+        lo, hi = part * meta.num_rows // parts, (part + 1) * meta.num_rows // parts
+        groups, pos, start = [], None, 0
+        for g in range(meta.num_row_groups):
+            rows = meta.row_group(g).num_rows
+            if start < hi and start + rows > lo:
+                groups.append(g)
+                pos = start if pos is None else pos
+            start += rows
+        if not groups:
+            return
+        for batch in pf.iter_batches(batch_size=batch_size, row_groups=groups):
+            a, b = max(lo - pos, 0), min(hi - pos, batch.num_rows)
+            if b > a:
+                yield records_of(batch.slice(a, b - a))
+            pos += batch.num_rows
 
 
 def read_records(files: Sequence[str]) -> list[dict]:

@@ -47,6 +47,10 @@ from strata.physical.store import RunInfo
 from strata.physical.tasks import EpochTask
 
 MODES = ("direct", "blackbox")
+# An input file of more than twice this many records is read by several map tasks (row
+# slices of the file), up to one task per core, so that one large increment file does
+# not leave all but one core idle on the map side.
+SLICE_RECORDS = 50_000
 
 
 def _identity(p: int) -> int:
@@ -156,16 +160,16 @@ class SparkStageRunner:
             flows_root=self.flows_root, token=uuid.uuid4().hex[:10], runs=cur.runs,
             fusion=fusion,
         )
+        sc = self.spark.sparkContext
         splits: list[tuple] = []
         for fi, name in enumerate(stage.input_names):
             incs = inputs.get(name, ())
             for inc in [incs] if isinstance(incs, Increment) else incs:
-                splits += [("input", fi, f) for f in inc.files]
+                splits += input_splits(fi, inc, sc.defaultParallelism)
         splits += [("pending", f) for f in cur.pending]
         if self.mode == "blackbox":
             splits += [("blackbox", f) for f in cur.blackbox]
 
-        sc = self.spark.sparkContext
         sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({self.mode})")
         crash_later("during-job", 0.5)
         try:
@@ -175,7 +179,7 @@ class SparkStageRunner:
             else:
                 rdd = sc.parallelize(splits, max(1, min(len(splits), 4 * n)))
                 results = (
-                    rdd.flatMap(task.map_split)
+                    rdd.mapPartitions(task.map_splits)
                     .partitionBy(n, _identity)
                     .mapPartitionsWithIndex(task.run_shuffled)
                     .collect()
@@ -219,7 +223,9 @@ class SparkStageRunner:
             read += sum(fs.size_of(f) for f in cur.blackbox)
         snap.metrics = {
             "keys_called": sum(r.get("keys_called", 0) for r in results),
-            "state_bytes_read": read,
+            "state_bytes_read": read,  # lookups, scans, pending files and compaction
+            "state_bytes_compaction_read": sum(r.get("state_bytes_compaction_read", 0)
+                                               for r in results),
             "state_bytes_total": snap.total_bytes,
             "state_bytes_total_before": cur.total_bytes,
         }
@@ -236,6 +242,17 @@ class SparkStageRunner:
             fs.delete_quietly(task.output_dir(task.fusion.tail(flow)))
         if task.stage.state is not None:
             self.state_dir(task.stage).gc(self.state_dir(task.stage).current())
+
+
+def input_splits(fi: int, inc: Increment, cores: int) -> list[tuple]:
+    """Map-side splits of input ``fi``'s increment ``inc``: one per file, or row slices
+    ``("input", fi, uri, i, k)`` of large files (the file's records are assumed even)."""
+    files = len(inc.files)
+    per_file = inc.records // max(1, files)
+    k = min(-(-per_file // SLICE_RECORDS), -(-cores // max(1, files)))
+    if per_file < 2 * SLICE_RECORDS or k < 2:
+        return [("input", fi, f) for f in inc.files]
+    return [("input", fi, f, i, k) for f in inc.files for i in range(k)]
 
 
 def ship_user_code(stage: Stage) -> None:

@@ -17,7 +17,6 @@ the list of committed runs (``RunInfo.to_json()``) is kept by the caller.
 
 from __future__ import annotations
 
-import heapq
 import os
 import pickle
 import struct
@@ -27,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from itertools import pairwise
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,11 @@ _VERSION = 1
 _HEADER = struct.Struct("<4sHHQ")
 _ENTRY = np.dtype([("h", "<u8"), ("off", "<u8"), ("len", "<u4")])  # packed: 20 bytes
 _SMALL_INDEX = 64 * 1024  # indexes up to this size are read whole
+# ... and so are larger ones when at least one key per this many entries is looked up (the
+# lookups would touch most buckets anyway)
+_DENSE_LOOKUP = 8
 _BUFFER = 1 << 20
+_BY_HASH_ENC = itemgetter(0, 1)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ class PartitionStore:
         self.partition = partition
         self.runs: list[RunInfo] = list(runs)
         self.bytes_read = 0
-        self._small: dict[str, np.ndarray] = {}  # parsed small indexes, by run id
+        self._indexes: dict[str, np.ndarray] = {}  # index entries read whole, by run id
 
     @property
     def total_bytes(self) -> int:
@@ -97,36 +101,57 @@ class PartitionStore:
         return f"{self.dir}/{run_id}.{kind}"
 
     # ----------------------------------------------------------------- reading
-    def _read_ranges(self, f: Any, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-        """Read ``[start, end)`` ranges with positioned reads, coalescing touching ones."""
-        order = sorted(range(len(ranges)), key=ranges.__getitem__)
-        out: list[memoryview] = [memoryview(b"")] * len(ranges)
-        i = 0
-        while i < len(order):
-            start, end = ranges[order[i]]
-            j = i + 1
-            while j < len(order) and ranges[order[j]][0] <= end:
-                end = max(end, ranges[order[j]][1])
-                j += 1
-            buf = memoryview(f.read_at(end - start, start))
+    def _read_ranges(self, f: Any, ranges: Sequence[tuple[int, int]] | np.ndarray
+                     ) -> list[memoryview]:
+        """Read ``[start, end)`` ranges (pairs, or an ``(n, 2)`` array) with positioned reads,
+        coalescing overlapping and touching ones; the views come back in ``ranges`` order."""
+        if not len(ranges):
+            return []
+        r = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        order = np.argsort(r[:, 0], kind="stable")
+        starts, ends = r[order, 0], r[order, 1]
+        reach = np.maximum.accumulate(ends)  # end of everything up to here
+        new = np.ones(len(starts), bool)
+        new[1:] = starts[1:] > reach[:-1]  # a read begins where a range starts past all before
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], len(starts)) - 1
+        reads = []
+        for lo, hi in zip(starts[first].tolist(), reach[last].tolist(), strict=True):
+            buf = memoryview(f.read_at(hi - lo, lo))
             self.bytes_read += len(buf)
-            for k in order[i:j]:
-                s, e = ranges[k]
-                out[k] = buf[s - start : e - start]
-            i = j
+            reads.append((lo, buf))
+        out: list[memoryview] = [memoryview(b"")] * len(r)
+        read_of = (np.cumsum(new) - 1).tolist()
+        for k, g, s, e in zip(order.tolist(), read_of, starts.tolist(), ends.tolist(),
+                              strict=True):
+            lo, buf = reads[g]
+            out[k] = buf[s - lo : e - lo]
         return out
+
+    def _whole_index(self, run: RunInfo, f: Any | None = None) -> np.ndarray:
+        """All index entries of ``run`` (read once per store object)."""
+        entries = self._indexes.get(run.run_id)
+        if entries is None:
+            if f is None:
+                with self.fs.open_input_file(self._path(run.run_id, "index")) as f:
+                    return self._whole_index(run, f)
+            buf = f.read_at(run.index_bytes, 0)
+            self.bytes_read += len(buf)
+            magic, _, bits, n = _HEADER.unpack_from(buf)
+            if magic != _MAGIC:
+                raise ValueError(f"not a strata index file: {self._path(run.run_id, 'index')}")
+            start = _HEADER.size + 8 * ((1 << bits) + 1)
+            entries = self._indexes[run.run_id] = np.frombuffer(buf, _ENTRY, n, start)
+        return entries
 
     def _candidates(self, run: RunInfo, hashes: np.ndarray) -> np.ndarray:
         """Index entries of ``run`` whose hash is in ``hashes`` (sorted unique u8)."""
-        entries = self._small.get(run.run_id)
+        entries = self._indexes.get(run.run_id)
         if entries is None:
             with self.fs.open_input_file(self._path(run.run_id, "index")) as f:
-                if run.index_bytes <= _SMALL_INDEX:
-                    buf = f.read_at(run.index_bytes, 0)
-                    self.bytes_read += len(buf)
-                    _, _, bits, n = _HEADER.unpack_from(buf)
-                    start = _HEADER.size + 8 * ((1 << bits) + 1)
-                    entries = self._small[run.run_id] = np.frombuffer(buf, _ENTRY, n, start)
+                if (run.index_bytes <= _SMALL_INDEX
+                        or len(hashes) * _DENSE_LOOKUP >= run.entries):
+                    entries = self._whole_index(run, f)
                 else:
                     entries = self._read_buckets(f, hashes)
         return entries[np.isin(entries["h"], hashes)]
@@ -139,11 +164,11 @@ class PartitionStore:
             raise ValueError(f"not a strata index file: {f}")
         buckets = np.unique(hashes >> np.uint64(64 - bits)) if bits else np.zeros(1, np.uint64)
         dir0, ent0 = _HEADER.size, _HEADER.size + 8 * ((1 << bits) + 1)
-        slots = self._read_ranges(f, [(dir0 + 8 * int(b), dir0 + 8 * int(b) + 16) for b in buckets])
-        spans = [np.frombuffer(s, "<u8") for s in slots]
-        parts = self._read_ranges(
-            f, [(ent0 + 20 * int(lo), ent0 + 20 * int(hi)) for lo, hi in spans if hi > lo]
-        )
+        at = dir0 + 8 * buckets.astype(np.int64)
+        slots = self._read_ranges(f, np.stack([at, at + 16], axis=1))
+        spans = np.frombuffer(b"".join(slots), "<u8").reshape(-1, 2).astype(np.int64)
+        spans = spans[spans[:, 1] > spans[:, 0]]
+        parts = self._read_ranges(f, ent0 + 20 * spans)
         return np.frombuffer(b"".join(parts), _ENTRY)
 
     def lookup(self, encs: Iterable[bytes]) -> dict[bytes, tuple[Any, list[dict]]]:
@@ -159,8 +184,8 @@ class PartitionStore:
             cands = self._candidates(run, hashes)
             if not len(cands):
                 continue
-            starts = cands["off"].tolist()
-            ranges = [(o, o + n) for o, n in zip(starts, cands["len"].tolist(), strict=True)]
+            off = cands["off"].astype(np.int64)
+            ranges = np.stack([off, off + cands["len"]], axis=1)
             with self.fs.open_input_file(self._path(run.run_id, "data")) as f:
                 blobs = self._read_ranges(f, ranges)
             for blob in blobs:
@@ -170,33 +195,67 @@ class PartitionStore:
                     found[enc] = (key, records)
         return found
 
-    def _stream(self, run: RunInfo, rank: int) -> Iterator[tuple[int, bytes, int, Any, list]]:
-        """All entries of ``run`` as ``(hash, enc, rank, key, records)``, in stored order."""
-        self.bytes_read += run.data_bytes
-        with self.fs.open_input_stream(self._path(run.run_id, "data"), buffer_size=_BUFFER) as s:
-            for _ in range(run.entries):  # one unpickler per entry: each has its own memo
-                key, records = pickle.load(s)
-                enc = encode_key(key)
-                yield hash64(enc), enc, rank, key, records
+    def _merge(self, runs: Sequence[RunInfo], drop_tombstones: bool,
+               decode: bool = True) -> Iterator[tuple]:
+        """Newest version of each key over ``runs`` (oldest first) as ``(hash, enc, key,
+        records, blob)`` in ``(hash, enc)`` order, ``blob`` being the entry's bytes in its data
+        file (compaction copies them as they are).
 
-    def _merge(self, runs: Sequence[RunInfo], drop_tombstones: bool) -> Iterator[tuple]:
-        """Newest version of each key over ``runs`` as ``(hash, enc, rank, key, records)``,
-        in ``(hash, enc)`` order; a streaming k-way merge of the sorted data files."""
-        streams = [self._stream(run, -i) for i, run in enumerate(runs)]
-        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda t: t[:3])
-        last = None
-        for item in merged:
-            if item[1] == last:  # an older version of the key just emitted or dropped
-                continue
-            last = item[1]
-            if item[4] or not drop_tombstones:
-                yield item
+        The order comes from the runs' indexes (sorted by hash, newest run first on equal
+        hashes); each data file is then read once, sequentially. Only entries sharing a hash
+        (versions of one key, or a collision) are decoded to compare their keys. With
+        ``decode=False`` the other entries come as ``(hash, None, None, None, blob)``, but are
+        still decoded to find tombstones if ``drop_tombstones``.
+        """
+        indexes = [self._whole_index(run) for run in runs]
+        hashes = np.concatenate([e["h"] for e in indexes])
+        newest = np.concatenate([np.full(len(e), -i, np.int64) for i, e in enumerate(indexes)])
+        order = np.lexsort((newest, hashes))  # stable: a run's equal hashes stay in enc order
+        hs = hashes[order]
+        tied = np.zeros(len(hs) + 1, bool)  # entry k shares its hash with entry k + 1
+        tied[:-2] = hs[1:] == hs[:-1]
+        run_of = (-newest[order]).tolist()
+        sizes = np.concatenate([e["len"] for e in indexes])[order].tolist()
+        hs, tied = hs.tolist(), tied.tolist()
+        streams = [self.fs.open_input_stream(self._path(run.run_id, "data")) for run in runs]
+        self.bytes_read += sum(run.data_bytes for run in runs)
+        reads = [_Chunks(s).read for s in streams]
+        loads = pickle.loads
+        try:
+            i, n = 0, len(hs)
+            while i < n:
+                if not tied[i]:  # the only entry with this hash: the newest version of its key
+                    blob = reads[run_of[i]](sizes[i])
+                    if decode or drop_tombstones:
+                        key, records = loads(blob)
+                        if records or not drop_tombstones:
+                            yield hs[i], encode_key(key) if decode else None, key, records, blob
+                    else:
+                        yield hs[i], None, None, None, blob
+                    i += 1
+                    continue
+                j = i
+                while tied[j]:
+                    j += 1
+                group: dict[bytes, tuple] = {}
+                for k in range(i, j + 1):  # newest run first: the first version of a key wins
+                    blob = reads[run_of[k]](sizes[k])
+                    key, records = loads(blob)
+                    group.setdefault(encode_key(key), (key, records, blob))
+                for enc in sorted(group):
+                    key, records, blob = group[enc]
+                    if records or not drop_tombstones:
+                        yield hs[i], enc, key, records, blob
+                i = j + 1
+        finally:
+            for s in streams:
+                s.close()
 
     def scan(self) -> Iterator[Entry]:
         """Every live entry of the partition, each key once with its newest records."""
         if not self.runs:
             return
-        for _, enc, _, key, records in self._merge(self.runs, drop_tombstones=True):
+        for _, enc, key, records, _ in self._merge(self.runs, drop_tombstones=True):
             yield enc, key, records
 
     # ----------------------------------------------------------------- writing
@@ -217,28 +276,37 @@ class PartitionStore:
         """Write a new run of ``entries`` (any order, each enc at most once; empty records =
         tombstone). The run is not added to :attr:`runs`: commit it via the manifest."""
         items = sorted(
-            ((hash64(enc), enc, 0, key, recs) for enc, key, recs in entries), key=lambda t: t[:2]
+            ((hash64(enc), enc, key, recs) for enc, key, recs in entries), key=_BY_HASH_ENC
         )
         for a, b in pairwise(items):
             if a[1] == b[1]:
-                raise ValueError(f"key {a[3]!r} appears twice in one run")
-        return self._write_sorted(run_id, items)
+                raise ValueError(f"key {a[2]!r} appears twice in one run")
+        # enc is derived from the key, so the data file holds (key, records) only
+        return self._write_sorted(
+            run_id, ((h, pickle.dumps((key, recs), protocol=5)) for h, _, key, recs in items)
+        )
 
-    def _write_sorted(self, run_id: str, items: Iterable[tuple]) -> RunInfo:
-        """Write ``(hash, enc, _, key, records)`` items already in ``(hash, enc)`` order."""
+    def _write_sorted(self, run_id: str, items: Iterable[tuple[int, bytes]]) -> RunInfo:
+        """Write ``(hash, blob)`` entries already in ``(hash, enc)`` order."""
         self.fs.create_dir(self.dir, recursive=True)
-        hs, offs, lens, pos = array("Q"), array("Q"), array("I"), 0
+        hs, lens, chunk, size, pos = array("Q"), array("I"), [], 0, 0
         with self._atomic(self._path(run_id, "data")) as out:
-            for h, _enc, _, key, records in items:
-                blob = pickle.dumps((key, records), protocol=5)  # enc is derived from key
-                out.write(blob)
+            for h, blob in items:
                 hs.append(h)
-                offs.append(pos)
                 lens.append(len(blob))
-                pos += len(blob)
+                chunk.append(blob)
+                size += len(blob)
+                if size >= _BUFFER:
+                    out.write(b"".join(chunk))
+                    pos, chunk, size = pos + size, [], 0
+            if chunk:
+                out.write(b"".join(chunk))
+                pos += size
         n = len(hs)
         index = np.empty(n, _ENTRY)
-        index["h"], index["off"], index["len"] = hs, offs, lens
+        index["h"], index["len"] = hs, lens
+        index["off"][:1] = 0
+        np.cumsum(index["len"][:-1], dtype=np.uint64, out=index["off"][1:])
         bits = _bits_for(n)
         buckets = index["h"] >> np.uint64(64 - bits) if bits else np.zeros(n, np.uint64)
         directory = np.searchsorted(buckets, np.arange((1 << bits) + 1, dtype=np.uint64))
@@ -267,14 +335,15 @@ class PartitionStore:
         if len(runs) < 2:
             return runs
         if sum(r.nbytes for r in runs[1:]) > base_fraction * runs[0].nbytes:
-            merged = self._write_sorted(f"{run_id}.c", self._merge(runs, drop_tombstones=True))
+            items = ((t[0], t[4]) for t in self._merge(runs, True, decode=False))
+            merged = self._write_sorted(f"{run_id}.c", items)
             if merged.entries == 0:
                 for kind in ("data", "index"):
                     self.fs.delete_file(self._path(merged.run_id, kind))
                 return []
             return [merged]
         if len(runs) > max_runs:
-            items = self._merge(runs[1:], drop_tombstones=False)
+            items = ((t[0], t[4]) for t in self._merge(runs[1:], False, decode=False))
             return [runs[0], self._write_sorted(f"{run_id}.m", items)]
         return runs
 
@@ -289,6 +358,26 @@ class PartitionStore:
                 self.fs.delete_file(info.path)
                 removed += 1
         return removed
+
+
+class _Chunks:
+    """Sequential reads of a stream, served from large chunks (one call per entry to the
+    stream itself costs more than the entry's bytes)."""
+
+    def __init__(self, stream: Any, chunk: int = 4 * _BUFFER) -> None:
+        self.stream, self.chunk = stream, chunk
+        self.buf, self.pos = memoryview(b""), 0
+
+    def read(self, n: int) -> memoryview:
+        """The next ``n`` bytes (fewer only at the end of the stream)."""
+        end = self.pos + n
+        if end > len(self.buf):
+            rest = bytes(self.buf[self.pos :])
+            self.buf = memoryview(rest + self.stream.read(max(self.chunk, n - len(rest))))
+            self.pos, end = 0, n
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
 
 
 def read_all(root: str, partitions: Mapping[int, Sequence[RunInfo]]) -> Iterator[Entry]:
