@@ -26,11 +26,15 @@ its adjacency list and what it knows of its neighbours' adjacency lists (the
   adjacency writes no messages, so the loop stops by itself.
 
 Run with ``strata run examples/clustering/pipeline.py --home DIR`` (see README.md).
+``build_dataflow(multicast=False)`` builds the paper's Figure 7 form instead (one
+``adjacency`` record per neighbour, routed to it) and ``grouping="outer"`` an outer-grouped
+state; ``benchmarks/clustering.py`` compares the four combinations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 from strata import Dataflow, Emitter, Input, Multicast, State
 from strata.controller.runnability import runnable_any
@@ -38,6 +42,8 @@ from strata.controller.runnability import runnable_any
 EDGES_SCHEMA = "src bigint, dst bigint"
 # a node's full neighbour list, multicast to its neighbourhood
 ADJACENCY_SCHEMA = "src bigint, nbrs array<bigint>"
+# the same, one copy per neighbour ``dst`` (without multicast)
+ADJACENCY_TO_SCHEMA = "src bigint, dst bigint, nbrs array<bigint>"
 COEF_SCHEMA = "node bigint, coef double"
 # adj: own neighbours; fof: neighbour -> that neighbour's neighbours; coef: last emitted
 NODE_SCHEMA = "node bigint, adj array<bigint>, fof map<bigint, array<bigint>>, coef double"
@@ -65,6 +71,17 @@ def coefficient(adj: set[int], fof: dict[int, list[int]]) -> float:
 def cluster(node: int, state: Iterator[dict], edges: Iterator[dict],
             adjacency: Iterator[dict], *, out: Emitter) -> None:
     """Figure 7: add new edges, tell the neighbourhood, absorb what neighbours told us."""
+    _cluster(node, state, edges, adjacency, out, multicast=True)
+
+
+def cluster_per_neighbour(node: int, state: Iterator[dict], edges: Iterator[dict],
+                          adjacency: Iterator[dict], *, out: Emitter) -> None:
+    """:func:`cluster` without multicast: one adjacency record per neighbour (Figure 7)."""
+    _cluster(node, state, edges, adjacency, out, multicast=False)
+
+
+def _cluster(node: int, state: Iterator[dict], edges: Iterator[dict],
+             adjacency: Iterator[dict], out: Emitter, multicast: bool) -> None:
     prev = next(state, None)
     adj = set(prev["adj"]) if prev else set()
     fof = dict(prev["fof"]) if prev else {}  # a map column reads back as (key, value) pairs
@@ -73,9 +90,14 @@ def cluster(node: int, state: Iterator[dict], edges: Iterator[dict],
     added = {e["dst"] if e["src"] == node else e["src"] for e in edges} - adj - {node}
     if added:
         adj |= added
-        for neighbour in adj:  # old and new neighbours all hear the full list next epoch
-            out.associate(neighbour, ("nbhd", node))
-        out.write("adjacency", {"src": node, "nbrs": sorted(adj)})
+        nbrs = sorted(adj)
+        if multicast:
+            for neighbour in nbrs:  # old and new neighbours all hear the full list next epoch
+                out.associate(neighbour, ("nbhd", node))
+            out.write("adjacency", {"src": node, "nbrs": nbrs})
+        else:
+            for neighbour in nbrs:
+                out.write("adjacency", {"src": node, "dst": neighbour, "nbrs": nbrs})
 
     heard = False
     for msg in adjacency:
@@ -90,16 +112,24 @@ def cluster(node: int, state: Iterator[dict], edges: Iterator[dict],
     out.state({"node": node, "adj": sorted(adj), "fof": fof, "coef": coef})
 
 
-def build_dataflow() -> Dataflow:
+def build_dataflow(multicast: bool = True,
+                   grouping: Literal["inner", "outer"] = "inner") -> Dataflow:
+    """The clustering dataflow: as described above by default; ``multicast=False`` sends one
+    adjacency record per neighbour instead, ``grouping`` sets the state's grouping."""
     df = Dataflow("clustering")
     edges = df.source("edges", EDGES_SCHEMA)
-    adjacency = df.flow("adjacency", ADJACENCY_SCHEMA)
+    if multicast:
+        adjacency = df.flow("adjacency", ADJACENCY_SCHEMA)
+        translate, route = cluster, neighbourhood
+    else:
+        adjacency = df.flow("adjacency", ADJACENCY_TO_SCHEMA)
+        translate, route = cluster_per_neighbour, "dst"
     df.stage(
-        "cluster", cluster,
+        "cluster", translate,
         inputs=[Input(edges, route_by=both_endpoints),
-                Input(adjacency, route_by=neighbourhood)],
+                Input(adjacency, route_by=route)],
         outputs=[adjacency, df.flow("coefficients", COEF_SCHEMA)],
-        state=State(NODE_SCHEMA, route_by="node", grouping="inner"),
+        state=State(NODE_SCHEMA, route_by="node", grouping=grouping),
         runnable=runnable_any,
     )
     return df
