@@ -1,0 +1,585 @@
+"""Benchmark: strata against what a PySpark user would use instead, on the same URL counts.
+
+The same increments of URL sightings ``{url}`` (``increment_records`` per increment, drawn
+Zipf-like from ``key_space`` possible URLs, so the number of counted URLs grows every
+increment) are counted per URL, incrementally, in one run on one Spark session (local[2]):
+
+* ``strata_direct`` — a strata Controller in direct mode; the URL-count stage of
+  ``strata.apps.urlcount`` with inner state keyed by URL (an epoch reads only the state of
+  the URLs in the increment); time of ``Controller.run()`` (ingest timed apart);
+* ``strata_blackbox`` — the same in black-box mode (all state shuffled every epoch);
+* ``full_recompute`` — Spark SQL ``groupBy("url").count()`` over all increments so far,
+  written to Parquet;
+* ``ss_builtin_count`` — Structured Streaming: a Parquet file stream (one file per
+  increment, ``maxFilesPerTrigger=1``), ``groupBy("url").count()``, update mode;
+* ``ss_apply_in_pandas_with_state`` — the same stream, ``applyInPandasWithState`` counting;
+* ``ss_transform_with_state_in_pandas`` / ``ss_transform_with_state`` — the same with
+  ``transformWithStateInPandas`` / ``transformWithState`` (RocksDB state store), when the
+  PySpark version has them and they run (otherwise the reason is in ``skipped``).
+
+Every Structured Streaming sink is ``foreachBatch`` writing the micro-batch (the updated
+counts) to Parquet, as strata writes its changed counts. The three Python-UDF streams take
+minutes per full-size increment, so they run only the first ``--slow-increments`` (full: 3)
+increments: with less state than the others see later, which favours them. Per increment
+the benchmark copies the increment's file into the watched directory and times
+``processAllAvailable()`` (wall seconds, the reported number); the query's own
+``triggerExecution`` time is kept too.
+Spark shuffle write bytes per increment come from the REST API
+(:class:`strata.physical.metrics.SparkMetrics`; for streams, the query's job group). All
+methods' final counts are checked against the last full recomputation.
+
+    python benchmarks/peer_structured_streaming.py [--quick] --json PATH [--plot PATH.png]
+
+JSON to ``PATH`` and stdout, progress and a summary to stderr. Targets (medians of
+increments 2..k of each method, increment 1 being warm-up for every method):
+
+* strata direct >= 20x faster per increment than ``applyInPandasWithState``;
+* strata direct no slower than 2x Structured Streaming's built-in count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+# slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
+FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
+QUICK = {"records": 5_000, "keys": 50_000, "increments": 3, "slow_increments": 2}
+METHODS = ("strata_direct", "strata_blackbox", "full_recompute", "ss_builtin_count",
+           "ss_apply_in_pandas_with_state", "ss_transform_with_state_in_pandas",
+           "ss_transform_with_state")
+SLOW = ("ss_apply_in_pandas_with_state", "ss_transform_with_state_in_pandas",
+        "ss_transform_with_state")
+TARGET_VS_APPLY = 20.0  # strata direct at least this many times faster
+TARGET_VS_BUILTIN = 2.0  # strata direct at most this many times slower
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+COUNT_SCHEMA = "url string, count long"
+
+Ctx = dict[str, Any]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def url(n: int) -> str:
+    """The URL of id ``n`` (500 sites)."""
+    return f"https://site{n % 500}.example.com/page/{n}"
+
+
+# -- input data ------------------------------------------------------------------------------
+def make_increments(root: Path, records: int, keys: int, increments: int, skew: float,
+                    seed: int) -> tuple[list[Path], list[dict]]:
+    """One Parquet file per increment; ids drawn with P(rank r) ~ 1 / r**skew (0: uniform),
+    ranks scattered over the ids. Returns the files and per-increment key statistics."""
+    rng = np.random.default_rng([seed, records, keys])
+    perm = rng.permutation(keys)
+    if skew > 0:
+        cdf = np.cumsum(1.0 / np.arange(1, keys + 1, dtype=np.float64) ** skew)
+        cdf /= cdf[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    files, stats, seen = [], [], np.zeros(keys, bool)
+    for e in range(1, increments + 1):
+        ranks = (np.minimum(np.searchsorted(cdf, rng.random(records)), keys - 1) if skew > 0
+                 else rng.integers(0, keys, records))
+        ids = perm[ranks]
+        seen[ids] = True
+        path = root / f"increment-{e:04d}.parquet"
+        pq.write_table(pa.table({"url": pa.array([url(int(n)) for n in ids], pa.string())}),
+                       path, compression="zstd")
+        files.append(path)
+        stats.append({"distinct_urls": int(len(np.unique(ids))), "urls_so_far": int(seen.sum())})
+    return files, stats
+
+
+# -- Spark helpers ----------------------------------------------------------------------------
+def stage_times(spark, group: str) -> dict[str, float]:
+    """Seconds of the map (shuffle-writing) and result stages of job group ``group``, and
+    the sum of their tasks' run time, from the driver's REST API."""
+    sc = spark.sparkContext
+    base = f"{sc.uiWebUrl.rstrip('/')}/api/v1/applications/{sc.applicationId}"
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            return json.load(r)
+
+    out = {"map_stage_s": 0.0, "reduce_stage_s": 0.0, "task_run_s": 0.0}
+    for job in (j for j in get("/jobs") if j.get("jobGroup") == group):
+        for sid in job.get("stageIds", []):
+            for a in get(f"/stages/{sid}?details=false"):
+                if a.get("status") != "COMPLETE":
+                    continue
+                secs = (_ts(a["completionTime"]) - _ts(a["submissionTime"]))
+                kind = "map_stage_s" if a.get("shuffleWriteBytes", 0) else "reduce_stage_s"
+                out[kind] += secs
+                out["task_run_s"] += a.get("executorRunTime", 0) / 1000
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def _ts(s: str) -> float:
+    """Seconds of a REST timestamp like ``2024-01-01T10:00:00.123GMT``."""
+    return datetime.strptime(s.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=UTC).timestamp()
+
+
+def sorted_counts(table: pa.Table) -> pa.Table:
+    """``(url, count)`` sorted by url, count as int64."""
+    t = table.select(["url", "count"]).cast(pa.schema([("url", pa.string()),
+                                                       ("count", pa.int64())]))
+    return t.sort_by("url")
+
+
+def latest_counts(out_dir: Path) -> pa.Table:
+    """The final count per URL from per-batch outputs of monotone counts (max per URL)."""
+    parts = [pq.read_table(p) for p in sorted(out_dir.glob("batch-*")) if any(p.iterdir())]
+    if not parts:
+        return sorted_counts(pa.table({"url": pa.array([], pa.string()),
+                                       "count": pa.array([], pa.int64())}))
+    t = pa.concat_tables([p.select(["url", "count"]) for p in parts])
+    g = t.group_by("url").aggregate([("count", "max")])
+    return sorted_counts(pa.table({"url": g["url"], "count": g["count_max"]}))
+
+
+def reference_counts(files: list[Path]) -> pa.Table:
+    """Counts per URL over ``files`` with pyarrow (for methods run on fewer increments)."""
+    t = pa.concat_tables([pq.read_table(f) for f in files])
+    g = t.group_by("url").aggregate([("url", "count")])
+    return sorted_counts(pa.table({"url": g["url"], "count": g["url_count"]}))
+
+
+# -- strata -------------------------------------------------------------------------------------
+def run_strata(mode: str) -> Callable[[Ctx], tuple[list[dict], pa.Table]]:
+    def run(ctx: Ctx) -> tuple[list[dict], pa.Table]:
+        from strata.apps.urlcount import urlcount_dataflow
+        from strata.controller import Controller
+
+        rows = []
+        home = ctx["tmp"] / f"home-{mode}"
+        with Controller(home, urlcount_dataflow("inner"), spark=ctx["spark"], mode=mode,
+                        num_partitions=ctx["partitions"]) as c:
+            for e, f in enumerate(ctx["files"], 1):
+                t0 = time.perf_counter()
+                c.ingest("urls", [str(f)])
+                ingest = time.perf_counter() - t0
+                with ctx["metrics"].measure(f"peer-{mode}-{e}") as m:
+                    group = ctx["spark"].sparkContext.getLocalProperty("spark.jobGroup.id")
+                    t0 = time.perf_counter()
+                    reports = c.run()
+                    secs = time.perf_counter() - t0
+                (r,) = reports
+                rows.append({"seconds": round(secs, 4), "ingest_seconds": round(ingest, 4),
+                             "shuffle_bytes": m.shuffle_write_bytes,
+                             "epoch_seconds": round(r.seconds, 4),
+                             "state_bytes_read": r.metrics.get("state_bytes_read"),
+                             "state_bytes_compaction_read": r.metrics.get(
+                                 "state_bytes_compaction_read"),
+                             "state_bytes_total": r.metrics.get("state_bytes_total"),
+                             "keys_called": r.metrics.get("keys_called"),
+                             "records_out": r.records_out.get("counts", 0),
+                             **stage_times(ctx["spark"], group)})
+                ctx["progress"](e, rows[-1])
+            counts = sorted_counts(pa.Table.from_pylist(c.state_records("count")))
+        shutil.rmtree(home, ignore_errors=True)
+        return rows, counts
+
+    return run
+
+
+# -- full recomputation -----------------------------------------------------------------------
+def run_full_recompute(ctx: Ctx) -> tuple[list[dict], pa.Table]:
+    spark, rows, out = ctx["spark"], [], ctx["tmp"] / "full"
+    for e in range(1, len(ctx["files"]) + 1):
+        target = out / f"after-{e:04d}"
+        with ctx["metrics"].measure(f"peer-full-{e}") as m:
+            t0 = time.perf_counter()
+            (spark.read.parquet(*[str(f) for f in ctx["files"][:e]])
+             .groupBy("url").count().write.mode("overwrite").parquet(str(target)))
+            secs = time.perf_counter() - t0
+        rows.append({"seconds": round(secs, 4), "shuffle_bytes": m.shuffle_write_bytes})
+        ctx["progress"](e, rows[-1])
+    counts = sorted_counts(pq.read_table(target))
+    shutil.rmtree(out, ignore_errors=True)
+    return rows, counts
+
+
+# -- Structured Streaming -----------------------------------------------------------------------
+def _apply_in_pandas_count(key: tuple, pdfs: Iterator, state) -> Iterator:
+    """applyInPandasWithState: add this batch's rows of the URL to its stored count."""
+    import pandas as pd
+
+    n = sum(len(p) for p in pdfs) + (state.get[0] if state.exists else 0)
+    state.update((n,))
+    yield pd.DataFrame({"url": [key[0]], "count": [n]})
+
+
+def _stateful_processor(pandas: bool):
+    """A transformWithState(InPandas) processor counting rows per URL in a ValueState."""
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([StructField("count", LongType())])
+
+    class CountInPandas(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.count = handle.getValueState("count", schema)
+
+        def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
+            import pandas as pd
+
+            n = sum(len(p) for p in rows) + (self.count.get()[0] if self.count.exists() else 0)
+            self.count.update((n,))
+            yield pd.DataFrame({"url": [key[0]], "count": [n]})
+
+        def close(self) -> None:
+            pass
+
+    class CountRows(CountInPandas):
+        def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
+            from pyspark.sql import Row
+
+            n = sum(1 for _ in rows) + (self.count.get()[0] if self.count.exists() else 0)
+            self.count.update((n,))
+            yield Row(url=key[0], count=n)
+
+    return CountInPandas() if pandas else CountRows()
+
+
+def _counting(kind: str, stream):
+    """The counting query of Structured Streaming method ``kind`` over ``stream``."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    g = stream.groupBy("url")
+    if kind == "ss_builtin_count":
+        return g.count()
+    if kind == "ss_apply_in_pandas_with_state":
+        return g.applyInPandasWithState(
+            _apply_in_pandas_count, outputStructType=COUNT_SCHEMA, stateStructType="count long",
+            outputMode="update", timeoutConf=GroupStateTimeout.NoTimeout)
+    if kind == "ss_transform_with_state_in_pandas":
+        return g.transformWithStateInPandas(
+            statefulProcessor=_stateful_processor(True), outputStructType=COUNT_SCHEMA,
+            outputMode="Update", timeMode="None")
+    if kind == "ss_transform_with_state":
+        return g.transformWithState(
+            statefulProcessor=_stateful_processor(False), outputStructType=COUNT_SCHEMA,
+            outputMode="Update", timeMode="None")
+    raise ValueError(kind)
+
+
+def run_stream(kind: str) -> Callable[[Ctx], tuple[list[dict], pa.Table]]:
+    def run(ctx: Ctx) -> tuple[list[dict], pa.Table]:
+        from pyspark.sql import GroupedData
+
+        method = {"ss_transform_with_state_in_pandas": "transformWithStateInPandas",
+                  "ss_transform_with_state": "transformWithState",
+                  "ss_apply_in_pandas_with_state": "applyInPandasWithState"}.get(kind)
+        if method and not hasattr(GroupedData, method):
+            raise Unsupported(f"PySpark {ctx['spark'].version} has no GroupedData.{method}")
+        spark, base = ctx["spark"], ctx["tmp"] / kind
+        watch, staging, out = base / "in", base / "staging", base / "out"
+        for d in (watch, staging, out):
+            d.mkdir(parents=True)
+        rocksdb = kind.startswith("ss_transform_with_state")
+        saved = spark.conf.get(PROVIDER_CONF, None)
+        if rocksdb:
+            spark.conf.set(PROVIDER_CONF, ROCKSDB)
+
+        def sink(batch, batch_id: int) -> None:
+            batch.write.mode("overwrite").parquet(str(out / f"batch-{batch_id:05d}"))
+
+        stream = (spark.readStream.schema("url string").option("maxFilesPerTrigger", 1)
+                  .parquet(str(watch)))
+        query = (_counting(kind, stream).writeStream.outputMode("update").foreachBatch(sink)
+                 .option("checkpointLocation", str(base / "checkpoint"))
+                 .queryName(kind).start())
+        rows, shuffled = [], 0
+        try:
+            for e, f in enumerate(ctx["files"], 1):
+                shutil.copy(f, staging / f.name)
+                t0 = time.perf_counter()
+                os.replace(staging / f.name, watch / f.name)  # appears whole
+                query.processAllAvailable()
+                secs = time.perf_counter() - t0
+                prog = query.lastProgress or {}
+                if prog.get("numInputRows") != ctx["records"]:
+                    raise RuntimeError(f"{kind}: increment {e} was not one micro-batch of "
+                                       f"{ctx['records']} rows: {prog.get('numInputRows')}")
+                total = _group_shuffle(ctx, str(query.runId))
+                rows.append({"seconds": round(secs, 4),
+                             "trigger_execution_s": prog["durationMs"]["triggerExecution"] / 1000,
+                             "shuffle_bytes": None if total is None else total - shuffled,
+                             "state_rows": sum(o.get("numRowsTotal", 0)
+                                               for o in prog.get("stateOperators", []))})
+                shuffled = total if total is not None else shuffled
+                ctx["progress"](e, rows[-1])
+        finally:
+            query.stop()
+            if rocksdb:
+                if saved is None:
+                    spark.conf.unset(PROVIDER_CONF)
+                else:
+                    spark.conf.set(PROVIDER_CONF, saved)
+        if query.exception() is not None:
+            raise RuntimeError(f"{kind} failed: {query.exception()}")
+        counts = latest_counts(out)
+        shutil.rmtree(base, ignore_errors=True)
+        return rows, counts
+
+    return run
+
+
+def _group_shuffle(ctx: Ctx, group: str) -> int | None:
+    """Shuffle write bytes of all jobs of a streaming query so far (its run id is its job
+    group), or None if Spark no longer reports them."""
+    try:
+        return ctx["metrics"].for_group(group).shuffle_write_bytes
+    except Exception:  # noqa: BLE001 - a measurement, not a result: report it missing
+        return None
+
+
+class Unsupported(Exception):
+    """This PySpark cannot run a method."""
+
+
+RUNNERS: dict[str, Callable[[Ctx], tuple[list[dict], pa.Table]]] = {
+    "strata_direct": run_strata("direct"),
+    "strata_blackbox": run_strata("blackbox"),
+    "full_recompute": run_full_recompute,
+    **{k: run_stream(k) for k in METHODS if k.startswith("ss_")},
+}
+
+
+# -- summary ---------------------------------------------------------------------------------
+def _steady(xs: list[float]) -> list[float]:
+    return xs[1:] or xs
+
+
+def summarize(per: dict[str, list[float]], extra: dict[str, list[dict]]) -> dict:
+    med = {m: statistics.median(_steady(xs)) for m, xs in per.items()}
+    mean = {m: statistics.fmean(_steady(xs)) for m, xs in per.items()}
+    out: dict[str, Any] = {
+        "statistic": "median of per-increment wall seconds over increments 2..k, k the "
+                     "increments the method ran (means alongside)",
+        "median_seconds": {m: round(v, 3) for m, v in med.items()},
+        "mean_seconds": {m: round(v, 3) for m, v in mean.items()},
+        "targets": {},
+    }
+    d = "strata_direct"
+    if d in med and "ss_apply_in_pandas_with_state" in med:
+        v = med["ss_apply_in_pandas_with_state"] / med[d]
+        out["targets"]["direct_speedup_vs_apply_in_pandas_with_state"] = {
+            "value": round(v, 2), "target": f">= {TARGET_VS_APPLY:g}",
+            "met": v >= TARGET_VS_APPLY,
+            "mean_ratio": round(mean["ss_apply_in_pandas_with_state"] / mean[d], 2)}
+    if d in med and "ss_builtin_count" in med:
+        v = med[d] / med["ss_builtin_count"]
+        trig = statistics.median(_steady([r["trigger_execution_s"]
+                                          for r in extra["ss_builtin_count"]]))
+        out["targets"]["direct_slowdown_vs_ss_builtin_count"] = {
+            "value": round(v, 2), "target": f"<= {TARGET_VS_BUILTIN:g}",
+            "met": v <= TARGET_VS_BUILTIN,
+            "mean_ratio": round(mean[d] / mean["ss_builtin_count"], 2),
+            "vs_trigger_execution": round(med[d] / trig, 2)}
+    for m in per:
+        if m.startswith("ss_") and m in extra:
+            out.setdefault("ss_trigger_execution_median_s", {})[m] = round(statistics.median(
+                _steady([r["trigger_execution_s"] for r in extra[m]])), 3)
+    n = max(map(len, per.values()))
+    out["cumulative_seconds"] = {m: round(sum(xs), 2) for m, xs in per.items() if len(xs) == n}
+    return out
+
+
+def human(result: dict) -> str:
+    per = result["per_increment_seconds"]
+    names = list(per)
+    lines = ["", "incr " + "".join(f"{m.replace('ss_', '').replace('strata_', 's_')[:18]:>19s}"
+                                   for m in names)]
+    for i in range(result["increments"]):
+        lines.append(f"{i + 1:4d} " + "".join(f"{per[m][i]:19.2f}" if i < len(per[m])
+                                              else f"{'-':>19s}" for m in names))
+    s = result["summary"]
+    lines.append("median 2..n " + ", ".join(f"{m} {v}" for m, v in s["median_seconds"].items()))
+    for name, t in s["targets"].items():
+        lines.append(f"  [{'ok ' if t['met'] else 'MISS'}] {name} {t['value']} "
+                     f"(target {t['target']})")
+    for m, why in result["skipped"].items():
+        lines.append(f"  skipped {m}: {why.splitlines()[0][:200]}")
+    lines.append(f"counts identical to full recompute: {result['counts_identical']}; "
+                 f"load average {result['load_average_1m']}; wall {result['wall_seconds']} s")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for m, xs in result["per_increment_seconds"].items():
+        ax.plot(range(1, len(xs) + 1), xs, marker="o", label=m)
+    ax.set_yscale("log")
+    ax.set_xlabel("increment")
+    ax.set_ylabel("seconds per increment (log)")
+    ax.set_xticks(range(1, result["increments"] + 1))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8.5)
+    ax.set_title(f"URL count, {result['increment_records']:,} records per increment over "
+                 f"{result['key_space']:,} URLs ({result['config']['master']}, "
+                 f"load {result['load_average_1m']['start']}–{result['load_average_1m']['end']})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- main ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    ap.add_argument("--json", required=True, metavar="PATH")
+    ap.add_argument("--plot", metavar="PATH.png")
+    ap.add_argument("--records", type=int, help="records per increment")
+    ap.add_argument("--keys", type=int, help="possible URLs")
+    ap.add_argument("--increments", type=int)
+    ap.add_argument("--slow-increments", type=int,
+                    help=f"increments run by the slow Python-UDF streams {SLOW} (their state "
+                         "is then smaller: a conservative comparison for strata)")
+    ap.add_argument("--skew", type=float, default=0.9,
+                    help="Zipf exponent of URL popularity (0: uniform)")
+    ap.add_argument("--partitions", type=int, default=2,
+                    help="strata partitions = spark.sql.shuffle.partitions (state partitions)")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    records, keys = args.records or size["records"], args.keys or size["keys"]
+    n = args.increments or size["increments"]
+    n_slow = min(n, args.slow_increments or size["slow_increments"])
+
+    wall0, load0 = time.perf_counter(), os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="strata-peer-"))
+    t0 = time.perf_counter()
+    files, stats = make_increments(tmp / "increments", records, keys, n, args.skew, args.seed)
+    log(f"peer benchmark: {n} increments of {records:,} records over {keys:,} URLs "
+        f"(skew {args.skew}), generated in {time.perf_counter() - t0:.1f} s; "
+        f"distinct per increment {stats[0]['distinct_urls']:,}, URLs after the last "
+        f"{stats[-1]['urls_so_far']:,}; load average {load0[0]:.2f}")
+    ref_slow = reference_counts(files[:n_slow])  # for the streams run on fewer increments
+
+    import pyspark
+
+    from strata.physical.metrics import SparkMetrics
+    from strata.physical.session import get_spark
+
+    spark = get_spark(args.master, app_name="strata-bench-peer")
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    ctx: Ctx = {"spark": spark, "metrics": SparkMetrics(spark, timeout_s=30), "tmp": tmp,
+                "files": files, "records": records, "partitions": args.partitions}
+    per, extra, counts, skipped, loads = {}, {}, {}, {}, {}
+    try:
+        # warm-up, not reported: JVM, Python workers, imports, a first streaming query
+        wfiles, _ = make_increments(tmp / "warm-inc", 2000, 20_000, 1, args.skew, args.seed + 1)
+        wctx = {**ctx, "files": wfiles, "records": 2000, "tmp": tmp / "warm",
+                "progress": lambda e, r: None}
+        t0 = time.perf_counter()
+        for m in ("strata_direct", "ss_builtin_count"):
+            RUNNERS[m](wctx)
+        log(f"warm-up done in {time.perf_counter() - t0:.1f} s")
+        for m in args.methods:
+            ctx["progress"] = lambda e, r, m=m: log(
+                f"[{m}] increment {e}: {r['seconds']:.2f} s"
+                + "".join(f", {k} {v}" for k, v in r.items() if k != "seconds"))
+            l0 = os.getloadavg()[0]
+            try:
+                rows, counts[m] = RUNNERS[m]({**ctx, "files": files[:n_slow]} if m in SLOW
+                                             else ctx)
+            except Exception as e:  # noqa: BLE001 - record why a peer could not run
+                if m in ("strata_direct", "full_recompute"):
+                    raise
+                skipped[m] = f"{type(e).__name__}: {e}"
+                log(f"[{m}] skipped: {traceback.format_exc()}")
+                continue
+            per[m] = [r["seconds"] for r in rows]
+            extra[m] = rows
+            loads[m] = {"start": round(l0, 2), "end": round(os.getloadavg()[0], 2)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ref = counts.get("full_recompute")
+    identical = {m: bool(ref is not None and c.equals(ref)) for m, c in counts.items()
+                 if len(per[m]) == n}
+    identical |= {m: bool(c.equals(ref_slow)) for m, c in counts.items() if len(per[m]) < n}
+    total = int(pc.sum(ref["count"]).as_py()) if ref is not None else None
+    result = {
+        "per_increment_seconds": per,
+        "increment_records": records,
+        "key_space": keys,
+        "increments": n,
+        "increments_run": {m: len(xs) for m, xs in per.items()},
+        "summary": summarize(per, extra),
+        "per_increment": extra,
+        "increment_stats": stats,
+        "counts_identical": all(identical.values()) and total == records * n,
+        "counts_identical_by_method": identical,
+        "final_urls": ref.num_rows if ref is not None else None,
+        "skipped": skipped,
+        "timing": {
+            "strata_*": "wall seconds of Controller.run() after ingest (ingest_seconds apart)",
+            "full_recompute": "wall seconds of read all increments so far, groupBy count, "
+                              "write Parquet",
+            "ss_*": "wall seconds from the file appearing in the watched directory until "
+                    "processAllAvailable() returns; trigger_execution_s is the query's own "
+                    "durationMs.triggerExecution",
+        },
+        "config": {"master": spark.sparkContext.master, "partitions": args.partitions,
+                   "skew": args.skew, "seed": args.seed, "quick": args.quick,
+                   "ss_state_store": {"ss_builtin_count": "HDFSBackedStateStoreProvider "
+                                      "(default)", "ss_apply_in_pandas_with_state":
+                                      "HDFSBackedStateStoreProvider (default)",
+                                      "ss_transform_with_state*": "RocksDBStateStoreProvider"},
+                   "ss_sink": "foreachBatch -> Parquet", "ss_source": "parquet file stream, "
+                   "maxFilesPerTrigger=1, one file per increment"},
+        "machine": {"cores": os.cpu_count(), "spark": pyspark.__version__,
+                    "python": platform.python_version(), "platform": platform.platform()},
+        "command": shlex.join([Path(sys.argv[0]).as_posix(),
+                               *(sys.argv[1:] if argv is None else argv)]),
+        "load_average_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
+        "load_average_by_method": loads,
+        "wall_seconds": round(time.perf_counter() - wall0, 1),
+    }
+    text = json.dumps(result, indent=1)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(text + "\n")
+    print(text)
+    if args.plot:
+        plot(result, args.plot)
+    log(human(result))
+    if not result["counts_identical"]:
+        log(f"ERROR: final counts differ from the full recomputation: {identical}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
