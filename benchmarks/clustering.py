@@ -4,7 +4,9 @@ multicast and inner state (CBP paper §3.1.1, Figures 6-7).
 The dataflow is ``examples/clustering/pipeline.py`` (one stateful stage ``cluster`` keyed by
 node, a loopback flow ``adjacency`` carrying neighbour lists); the input is
 ``examples/clustering/generate.py`` (a Holme-Kim social graph growing by ``size`` edges per
-increment). Four variants run the same increments, each in its own home, direct mode:
+increment; the first ``--preload`` increments are ingested together as the graph so far,
+reported as increment 0 and left out of the totals). Four variants run the same increments,
+each in its own home, direct mode:
 
 * ``multicast_inner`` — as shipped: a node whose adjacency grew writes **one** record,
   routed to ``Multicast(("nbhd", node))``, delivered once per partition; inner state;
@@ -17,9 +19,9 @@ Each increment is ingested and then run epoch by epoch (``Controller.run(max_epo
 until idle: an epoch for the edges, one more for the last messages). Per epoch: wall
 seconds, Spark shuffle write bytes (:class:`strata.physical.metrics.SparkMetrics`), state
 bytes read (and the part of them read to compact the inner state's runs) and on disk, keys
-called, records in and out. All variants must end with
-identical coefficients (state and the latest ``coefficients`` output per node), equal to
-``networkx.clustering`` when networkx is installed.
+called, records in and out. All variants must end with identical coefficients (state and
+the latest ``coefficients`` output per node), equal to ``networkx.clustering`` when
+networkx is installed.
 
     python benchmarks/clustering.py [--quick] --json PATH [--plot PATH.png]
 
@@ -48,8 +50,10 @@ sys.path.insert(0, str(ROOT))
 from examples.clustering.generate import generate_increments  # noqa: E402
 from examples.clustering.pipeline import build_dataflow  # noqa: E402
 
-FULL = {"increments": 6, "size": 2000}
-QUICK = {"increments": 3, "size": 150}
+# preload: generated increments ingested together first (the graph so far; its epochs are
+# reported as increment 0 and left out of the totals), then ``increments`` measured ones
+FULL = {"increments": 6, "size": 500, "preload": 40}
+QUICK = {"increments": 3, "size": 100, "preload": 4}
 VARIANTS = {  # name -> (multicast, grouping)
     "multicast_inner": (True, "inner"),
     "per_neighbour_inner": (False, "inner"),
@@ -63,15 +67,16 @@ def log(msg: str) -> None:
 
 
 def run_variant(spark, metrics, home: Path, name: str, increments: list[list[dict]],
-                partitions: int, quiet: bool = False) -> dict:
-    """Run every increment through one variant; per-epoch measurements and final results."""
+                partitions: int, quiet: bool = False, first: int = 1) -> dict:
+    """Run every increment through one variant (numbered from ``first``; 0 is the preload);
+    per-epoch measurements and final results."""
     from strata.controller import Controller
 
     multicast, grouping = VARIANTS[name]
     epochs: list[dict] = []
     with Controller(home, build_dataflow(multicast, grouping), spark=spark, mode="direct",
                     num_partitions=partitions) as c:
-        for i, edges in enumerate(increments, 1):
+        for i, edges in enumerate(increments, first):
             c.ingest("edges", edges)
             while True:
                 with metrics.measure(f"clustering-{name}-{len(epochs)}") as m:
@@ -104,10 +109,11 @@ def run_variant(spark, metrics, home: Path, name: str, increments: list[list[dic
             latest[rec["node"]] = rec["coef"]
     keys = ("seconds", "shuffle_bytes", "state_bytes_read", "state_bytes_compaction_read",
             "keys_called", "adjacency_out")
-    totals = {k: round(sum(e[k] for e in epochs), 4) for k in keys}
+    measured = [e for e in epochs if e["increment"] > 0]
+    totals = {k: round(sum(e[k] for e in measured), 4) for k in keys}
     totals["state_bytes_read_for_translate"] = (totals["state_bytes_read"]
                                                 - totals["state_bytes_compaction_read"])
-    totals["epochs"] = len(epochs)
+    totals["epochs"] = len(measured)
     return {"multicast": multicast, "grouping": grouping, "epochs": epochs, "totals": totals,
             "_state": state, "_latest": latest}
 
@@ -220,12 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", metavar="PATH.png")
     ap.add_argument("--increments", type=int)
     ap.add_argument("--size", type=int, help="new edges per increment (about)")
+    ap.add_argument("--preload", type=int,
+                    help="generated increments ingested together before the measured ones")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     n, size = args.increments or sizes["increments"], args.size or sizes["size"]
+    preload = sizes["preload"] if args.preload is None else args.preload
 
     wall0, load0 = time.perf_counter(), os.getloadavg()
     import pyspark
@@ -233,9 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.metrics import SparkMetrics
     from strata.physical.session import get_spark
 
-    increments = generate_increments(n, size, args.seed)
-    log(f"clustering benchmark: {n} increments of ~{size:,} edges "
-        f"({sum(map(len, increments)):,} edges); load average {load0[0]:.2f}")
+    batches = generate_increments(preload + n, size, args.seed)
+    head = [[e for b in batches[:preload] for e in b]] if preload else []
+    increments = head + batches[preload:]
+    log(f"clustering benchmark: a preload of {sum(map(len, head)):,} edges, then {n} "
+        f"increments of ~{size:,} edges ({sum(map(len, increments)):,} edges in all); "
+        f"load average {load0[0]:.2f}")
     spark = get_spark(args.master, app_name="strata-bench-clustering")
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-clustering-"))
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     generate_increments(1, 50, args.seed + 1), args.partitions, quiet=True)
         for name in VARIANTS:
             runs[name] = run_variant(spark, metrics, tmp / name, name, increments,
-                                     args.partitions)
+                                     args.partitions, first=0 if preload else 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     check = check_results(runs, increments)
@@ -254,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         del r["_state"], r["_latest"]
     result = {
         "increments": n, "edges_per_increment": size,
+        "preload_edges": len(increments[0]) if preload else 0,
         "edges": sum(map(len, increments)),
         "variants": runs,
         "summary": summarize(runs),

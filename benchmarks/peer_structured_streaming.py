@@ -17,13 +17,17 @@ increment) are counted per URL, incrementally, in one run on one Spark session (
   ``transformWithStateInPandas`` / ``transformWithState`` (RocksDB state store), when the
   PySpark version has them and they run (otherwise the reason is in ``skipped``).
 
-Every Structured Streaming sink is ``foreachBatch`` writing the micro-batch (the updated
-counts) to Parquet, as strata writes its changed counts. The three Python-UDF streams take
+The methods run interleaved: increment 1 through every method in turn, then increment 2,
+and so on (the streams stay running between their micro-batches), so that a change in the
+machine's load falls on all of them alike. Every Structured Streaming sink is
+``foreachBatch`` writing the micro-batch (the updated counts) to Parquet, as strata writes
+its changed counts. The three Python-UDF streams take
 minutes per full-size increment, so they run only the first ``--slow-increments`` (full: 3)
 increments: with less state than the others see later, which favours them. Per increment
 the benchmark copies the increment's file into the watched directory and times
-``processAllAvailable()`` (wall seconds, the reported number); the query's own
-``triggerExecution`` time is kept too.
+``processAllAvailable()`` (wall seconds, the reported number; it includes up to one
+``spark.sql.streaming.pollingDelay``, set to 50 ms); the query's own ``triggerExecution``
+time is kept too. ``transformWithState*`` need the ``protobuf`` package (test extra).
 Spark shuffle write bytes per increment come from the REST API
 (:class:`strata.physical.metrics.SparkMetrics`; for streams, the query's job group). All
 methods' final counts are checked against the last full recomputation.
@@ -51,7 +55,7 @@ import tempfile
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +78,7 @@ TARGET_VS_BUILTIN = 2.0  # strata direct at most this many times slower
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 COUNT_SCHEMA = "url string, count long"
+POLLING_DELAY = "50ms"
 
 Ctx = dict[str, Any]
 
@@ -167,62 +172,90 @@ def reference_counts(files: list[Path]) -> pa.Table:
     return sorted_counts(pa.table({"url": g["url"], "count": g["url_count"]}))
 
 
-# -- strata -------------------------------------------------------------------------------------
-def run_strata(mode: str) -> Callable[[Ctx], tuple[list[dict], pa.Table]]:
-    def run(ctx: Ctx) -> tuple[list[dict], pa.Table]:
+# -- the methods: each runs one increment per step, so that all methods see the same load --------
+class Method:
+    """A way to count URLs incrementally: ``start``, one ``step`` per increment, ``finish``."""
+
+    def __init__(self, name: str, ctx: Ctx) -> None:
+        self.name, self.ctx = name, ctx
+
+    def start(self) -> None:
+        """Set up (not timed)."""
+
+    def step(self, e: int, file: Path) -> dict:
+        """Count increment ``e`` (in ``file``); a row with at least ``seconds``."""
+        raise NotImplementedError
+
+    def finish(self) -> pa.Table:
+        """Stop; the final counts, sorted."""
+        raise NotImplementedError
+
+
+class Strata(Method):
+    """A strata Controller over a fresh home, direct or black-box mode."""
+
+    def __init__(self, name: str, ctx: Ctx, mode: str) -> None:
+        super().__init__(name, ctx)
+        self.mode = mode
+
+    def start(self) -> None:
         from strata.apps.urlcount import urlcount_dataflow
         from strata.controller import Controller
 
-        rows = []
-        home = ctx["tmp"] / f"home-{mode}"
-        with Controller(home, urlcount_dataflow("inner"), spark=ctx["spark"], mode=mode,
-                        num_partitions=ctx["partitions"]) as c:
-            for e, f in enumerate(ctx["files"], 1):
-                t0 = time.perf_counter()
-                c.ingest("urls", [str(f)])
-                ingest = time.perf_counter() - t0
-                with ctx["metrics"].measure(f"peer-{mode}-{e}") as m:
-                    group = ctx["spark"].sparkContext.getLocalProperty("spark.jobGroup.id")
-                    t0 = time.perf_counter()
-                    reports = c.run()
-                    secs = time.perf_counter() - t0
-                (r,) = reports
-                rows.append({"seconds": round(secs, 4), "ingest_seconds": round(ingest, 4),
-                             "shuffle_bytes": m.shuffle_write_bytes,
-                             "epoch_seconds": round(r.seconds, 4),
-                             "state_bytes_read": r.metrics.get("state_bytes_read"),
-                             "state_bytes_compaction_read": r.metrics.get(
-                                 "state_bytes_compaction_read"),
-                             "state_bytes_total": r.metrics.get("state_bytes_total"),
-                             "keys_called": r.metrics.get("keys_called"),
-                             "records_out": r.records_out.get("counts", 0),
-                             **stage_times(ctx["spark"], group)})
-                ctx["progress"](e, rows[-1])
-            counts = sorted_counts(pa.Table.from_pylist(c.state_records("count")))
-        shutil.rmtree(home, ignore_errors=True)
-        return rows, counts
+        self.home = self.ctx["tmp"] / f"home-{self.mode}"
+        self.c = Controller(self.home, urlcount_dataflow("inner"), spark=self.ctx["spark"],
+                            mode=self.mode, num_partitions=self.ctx["partitions"])
+        self.c.lock()
 
-    return run
-
-
-# -- full recomputation -----------------------------------------------------------------------
-def run_full_recompute(ctx: Ctx) -> tuple[list[dict], pa.Table]:
-    spark, rows, out = ctx["spark"], [], ctx["tmp"] / "full"
-    for e in range(1, len(ctx["files"]) + 1):
-        target = out / f"after-{e:04d}"
-        with ctx["metrics"].measure(f"peer-full-{e}") as m:
+    def step(self, e: int, file: Path) -> dict:
+        spark = self.ctx["spark"]
+        t0 = time.perf_counter()
+        self.c.ingest("urls", [str(file)])
+        ingest = time.perf_counter() - t0
+        with self.ctx["metrics"].measure(f"peer-{self.mode}-{e}") as m:
+            group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
             t0 = time.perf_counter()
-            (spark.read.parquet(*[str(f) for f in ctx["files"][:e]])
-             .groupBy("url").count().write.mode("overwrite").parquet(str(target)))
+            reports = self.c.run()
             secs = time.perf_counter() - t0
-        rows.append({"seconds": round(secs, 4), "shuffle_bytes": m.shuffle_write_bytes})
-        ctx["progress"](e, rows[-1])
-    counts = sorted_counts(pq.read_table(target))
-    shutil.rmtree(out, ignore_errors=True)
-    return rows, counts
+        (r,) = reports
+        return {"seconds": round(secs, 4), "ingest_seconds": round(ingest, 4),
+                "shuffle_bytes": m.shuffle_write_bytes, "epoch_seconds": round(r.seconds, 4),
+                "state_bytes_read": r.metrics.get("state_bytes_read"),
+                "state_bytes_compaction_read": r.metrics.get("state_bytes_compaction_read"),
+                "state_bytes_total": r.metrics.get("state_bytes_total"),
+                "keys_called": r.metrics.get("keys_called"),
+                "records_out": r.records_out.get("counts", 0), **stage_times(spark, group)}
+
+    def finish(self) -> pa.Table:
+        counts = sorted_counts(pa.Table.from_pylist(self.c.state_records("count")))
+        self.c.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+        return counts
 
 
-# -- Structured Streaming -----------------------------------------------------------------------
+class FullRecompute(Method):
+    """Spark SQL over all increments so far, written to Parquet."""
+
+    def start(self) -> None:
+        self.files: list[Path] = []
+        self.out = self.ctx["tmp"] / "full"
+
+    def step(self, e: int, file: Path) -> dict:
+        self.files.append(file)
+        self.target = self.out / f"after-{e:04d}"
+        with self.ctx["metrics"].measure(f"peer-full-{e}") as m:
+            t0 = time.perf_counter()
+            (self.ctx["spark"].read.parquet(*map(str, self.files))
+             .groupBy("url").count().write.mode("overwrite").parquet(str(self.target)))
+            secs = time.perf_counter() - t0
+        return {"seconds": round(secs, 4), "shuffle_bytes": m.shuffle_write_bytes}
+
+    def finish(self) -> pa.Table:
+        counts = sorted_counts(pq.read_table(self.target))
+        shutil.rmtree(self.out, ignore_errors=True)
+        return counts
+
+
 def _apply_in_pandas_count(key: tuple, pdfs: Iterator, state) -> Iterator:
     """applyInPandasWithState: add this batch's rows of the URL to its stored count."""
     import pandas as pd
@@ -286,66 +319,78 @@ def _counting(kind: str, stream):
     raise ValueError(kind)
 
 
-def run_stream(kind: str) -> Callable[[Ctx], tuple[list[dict], pa.Table]]:
-    def run(ctx: Ctx) -> tuple[list[dict], pa.Table]:
+class Stream(Method):
+    """A Structured Streaming query over a Parquet file stream, sink foreachBatch -> Parquet."""
+
+    API = {"ss_transform_with_state_in_pandas": "transformWithStateInPandas",
+           "ss_transform_with_state": "transformWithState",
+           "ss_apply_in_pandas_with_state": "applyInPandasWithState"}
+
+    def start(self) -> None:
         from pyspark.sql import GroupedData
 
-        method = {"ss_transform_with_state_in_pandas": "transformWithStateInPandas",
-                  "ss_transform_with_state": "transformWithState",
-                  "ss_apply_in_pandas_with_state": "applyInPandasWithState"}.get(kind)
-        if method and not hasattr(GroupedData, method):
-            raise Unsupported(f"PySpark {ctx['spark'].version} has no GroupedData.{method}")
-        spark, base = ctx["spark"], ctx["tmp"] / kind
-        watch, staging, out = base / "in", base / "staging", base / "out"
-        for d in (watch, staging, out):
+        spark, kind = self.ctx["spark"], self.name
+        api = self.API.get(kind)
+        if api and not hasattr(GroupedData, api):
+            raise Unsupported(f"PySpark {spark.version} has no GroupedData.{api}")
+        base = self.base = self.ctx["tmp"] / kind
+        self.watch, self.staging, out = base / "in", base / "staging", base / "out"
+        for d in (self.watch, self.staging, out):
             d.mkdir(parents=True)
-        rocksdb = kind.startswith("ss_transform_with_state")
-        saved = spark.conf.get(PROVIDER_CONF, None)
-        if rocksdb:
-            spark.conf.set(PROVIDER_CONF, ROCKSDB)
+        self.out = out
 
         def sink(batch, batch_id: int) -> None:
             batch.write.mode("overwrite").parquet(str(out / f"batch-{batch_id:05d}"))
 
         stream = (spark.readStream.schema("url string").option("maxFilesPerTrigger", 1)
-                  .parquet(str(watch)))
-        query = (_counting(kind, stream).writeStream.outputMode("update").foreachBatch(sink)
-                 .option("checkpointLocation", str(base / "checkpoint"))
-                 .queryName(kind).start())
-        rows, shuffled = [], 0
+                  .parquet(str(self.watch)))
+        # the state store provider is fixed when the query starts (its session is a clone)
+        saved = spark.conf.get(PROVIDER_CONF, None)
+        if kind.startswith("ss_transform_with_state"):
+            spark.conf.set(PROVIDER_CONF, ROCKSDB)
         try:
-            for e, f in enumerate(ctx["files"], 1):
-                shutil.copy(f, staging / f.name)
-                t0 = time.perf_counter()
-                os.replace(staging / f.name, watch / f.name)  # appears whole
-                query.processAllAvailable()
-                secs = time.perf_counter() - t0
-                prog = query.lastProgress or {}
-                if prog.get("numInputRows") != ctx["records"]:
-                    raise RuntimeError(f"{kind}: increment {e} was not one micro-batch of "
-                                       f"{ctx['records']} rows: {prog.get('numInputRows')}")
-                total = _group_shuffle(ctx, str(query.runId))
-                rows.append({"seconds": round(secs, 4),
-                             "trigger_execution_s": prog["durationMs"]["triggerExecution"] / 1000,
-                             "shuffle_bytes": None if total is None else total - shuffled,
-                             "state_rows": sum(o.get("numRowsTotal", 0)
-                                               for o in prog.get("stateOperators", []))})
-                shuffled = total if total is not None else shuffled
-                ctx["progress"](e, rows[-1])
+            self.query = (_counting(kind, stream).writeStream.outputMode("update")
+                          .foreachBatch(sink)
+                          .option("checkpointLocation", str(base / "checkpoint"))
+                          .queryName(kind).start())
         finally:
-            query.stop()
-            if rocksdb:
-                if saved is None:
-                    spark.conf.unset(PROVIDER_CONF)
-                else:
-                    spark.conf.set(PROVIDER_CONF, saved)
-        if query.exception() is not None:
-            raise RuntimeError(f"{kind} failed: {query.exception()}")
-        counts = latest_counts(out)
-        shutil.rmtree(base, ignore_errors=True)
-        return rows, counts
+            if saved is None:
+                spark.conf.unset(PROVIDER_CONF)
+            else:
+                spark.conf.set(PROVIDER_CONF, saved)
+        self.shuffled = 0
 
-    return run
+    def step(self, e: int, file: Path) -> dict:
+        shutil.copy(file, self.staging / file.name)
+        t0 = time.perf_counter()
+        os.replace(self.staging / file.name, self.watch / file.name)  # appears whole
+        self.query.processAllAvailable()
+        secs = time.perf_counter() - t0
+        prog = self.query.lastProgress or {}
+        if prog.get("numInputRows") != self.ctx["records"]:
+            raise RuntimeError(f"{self.name}: increment {e} was not one micro-batch of "
+                               f"{self.ctx['records']} rows: {prog.get('numInputRows')}")
+        total = _group_shuffle(self.ctx, str(self.query.runId))
+        row = {"seconds": round(secs, 4),
+               "trigger_execution_s": prog["durationMs"]["triggerExecution"] / 1000,
+               "shuffle_bytes": None if total is None else total - self.shuffled,
+               "state_rows": sum(o.get("numRowsTotal", 0)
+                                 for o in prog.get("stateOperators", []))}
+        self.shuffled = total if total is not None else self.shuffled
+        return row
+
+    def stop(self) -> None:
+        """Stop the query (also after a failure)."""
+        if getattr(self, "query", None) is not None:
+            self.query.stop()
+
+    def finish(self) -> pa.Table:
+        self.stop()
+        if self.query.exception() is not None:
+            raise RuntimeError(f"{self.name} failed: {self.query.exception()}")
+        counts = latest_counts(self.out)
+        shutil.rmtree(self.base, ignore_errors=True)
+        return counts
 
 
 def _group_shuffle(ctx: Ctx, group: str) -> int | None:
@@ -361,12 +406,55 @@ class Unsupported(Exception):
     """This PySpark cannot run a method."""
 
 
-RUNNERS: dict[str, Callable[[Ctx], tuple[list[dict], pa.Table]]] = {
-    "strata_direct": run_strata("direct"),
-    "strata_blackbox": run_strata("blackbox"),
-    "full_recompute": run_full_recompute,
-    **{k: run_stream(k) for k in METHODS if k.startswith("ss_")},
-}
+def make_method(name: str, ctx: Ctx) -> Method:
+    if name.startswith("strata_"):
+        return Strata(name, ctx, name.removeprefix("strata_"))
+    if name == "full_recompute":
+        return FullRecompute(name, ctx)
+    return Stream(name, ctx)
+
+
+def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int
+                    ) -> tuple[dict, dict, dict, dict]:
+    """Increment by increment, every method in turn (so a change of machine load hits all of
+    them alike). Returns rows per method, final counts, skipped methods (why) and the load
+    average around each method's steps."""
+    methods, rows, counts, skipped, loads = {}, {}, {}, {}, {}
+
+    def drop(name: str, e: Exception) -> None:
+        if name in ("strata_direct", "full_recompute"):
+            raise e
+        skipped[name] = f"{type(e).__name__}: {e}"
+        log(f"[{name}] skipped: {traceback.format_exc()}")
+        m = methods.pop(name)
+        if isinstance(m, Stream):
+            m.stop()
+        rows.pop(name, None)
+
+    for name in names:
+        methods[name] = make_method(name, ctx)
+        try:
+            methods[name].start()
+        except Exception as e:  # noqa: BLE001 - record why a peer could not run
+            drop(name, e)
+    for e, f in enumerate(files, 1):
+        for name in list(methods):
+            last = n_slow if name in SLOW else len(files)
+            if e > last:
+                continue
+            l0 = os.getloadavg()[0]
+            try:
+                row = methods[name].step(e, f)
+                if e == last:
+                    counts[name] = methods[name].finish()
+            except Exception as ex:  # noqa: BLE001
+                drop(name, ex)
+                continue
+            loads.setdefault(name, []).append([round(l0, 2), round(os.getloadavg()[0], 2)])
+            rows.setdefault(name, []).append(row)
+            log(f"[{name}] increment {e}: {row['seconds']:.2f} s"
+                + "".join(f", {k} {v}" for k, v in row.items() if k != "seconds"))
+    return rows, counts, skipped, loads
 
 
 # -- summary ---------------------------------------------------------------------------------
@@ -495,35 +583,20 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = get_spark(args.master, app_name="strata-bench-peer")
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    # idle streams poll their source this often (default 10 ms): less polling load on the
+    # other methods, at most this much added to a stream's wall time per increment
+    spark.conf.set("spark.sql.streaming.pollingDelay", POLLING_DELAY)
     ctx: Ctx = {"spark": spark, "metrics": SparkMetrics(spark, timeout_s=30), "tmp": tmp,
-                "files": files, "records": records, "partitions": args.partitions}
-    per, extra, counts, skipped, loads = {}, {}, {}, {}, {}
+                "records": records, "partitions": args.partitions}
     try:
         # warm-up, not reported: JVM, Python workers, imports, a first streaming query
         wfiles, _ = make_increments(tmp / "warm-inc", 2000, 20_000, 1, args.skew, args.seed + 1)
-        wctx = {**ctx, "files": wfiles, "records": 2000, "tmp": tmp / "warm",
-                "progress": lambda e, r: None}
         t0 = time.perf_counter()
-        for m in ("strata_direct", "ss_builtin_count"):
-            RUNNERS[m](wctx)
+        run_interleaved(["strata_direct", "full_recompute", "ss_builtin_count"],
+                        {**ctx, "records": 2000, "tmp": tmp / "warm"}, wfiles, 1)
         log(f"warm-up done in {time.perf_counter() - t0:.1f} s")
-        for m in args.methods:
-            ctx["progress"] = lambda e, r, m=m: log(
-                f"[{m}] increment {e}: {r['seconds']:.2f} s"
-                + "".join(f", {k} {v}" for k, v in r.items() if k != "seconds"))
-            l0 = os.getloadavg()[0]
-            try:
-                rows, counts[m] = RUNNERS[m]({**ctx, "files": files[:n_slow]} if m in SLOW
-                                             else ctx)
-            except Exception as e:  # noqa: BLE001 - record why a peer could not run
-                if m in ("strata_direct", "full_recompute"):
-                    raise
-                skipped[m] = f"{type(e).__name__}: {e}"
-                log(f"[{m}] skipped: {traceback.format_exc()}")
-                continue
-            per[m] = [r["seconds"] for r in rows]
-            extra[m] = rows
-            loads[m] = {"start": round(l0, 2), "end": round(os.getloadavg()[0], 2)}
+        extra, counts, skipped, loads = run_interleaved(args.methods, ctx, files, n_slow)
+        per = {m: [r["seconds"] for r in rows] for m, rows in extra.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ref = counts.get("full_recompute")
@@ -559,13 +632,16 @@ def main(argv: list[str] | None = None) -> int:
                                       "HDFSBackedStateStoreProvider (default)",
                                       "ss_transform_with_state*": "RocksDBStateStoreProvider"},
                    "ss_sink": "foreachBatch -> Parquet", "ss_source": "parquet file stream, "
-                   "maxFilesPerTrigger=1, one file per increment"},
+                   "maxFilesPerTrigger=1, one file per increment",
+                   "ss_polling_delay": POLLING_DELAY,
+                   "order": "interleaved: each increment through every method in turn"},
         "machine": {"cores": os.cpu_count(), "spark": pyspark.__version__,
                     "python": platform.python_version(), "platform": platform.platform()},
         "command": shlex.join([Path(sys.argv[0]).as_posix(),
                                *(sys.argv[1:] if argv is None else argv)]),
         "load_average_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
-        "load_average_by_method": loads,
+        # 1-minute load average before and after each step, per method and increment
+        "load_average_by_step": loads,
         "wall_seconds": round(time.perf_counter() - wall0, 1),
     }
     text = json.dumps(result, indent=1)
