@@ -56,6 +56,7 @@ class RunInfo:
     entries: int  # index entries, tombstones included
     data_bytes: int
     index_bytes: int
+    tombstones: int | None = None  # at most this many (None: not recorded, maybe some)
 
     @property
     def nbytes(self) -> int:
@@ -69,8 +70,10 @@ class RunInfo:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RunInfo:
         """Inverse of :meth:`to_json`."""
+        tombstones = obj.get("tombstones")
         return cls(
-            str(obj["run_id"]), int(obj["entries"]), int(obj["data_bytes"]), int(obj["index_bytes"])
+            str(obj["run_id"]), int(obj["entries"]), int(obj["data_bytes"]),
+            int(obj["index_bytes"]), None if tombstones is None else int(tombstones),
         )
 
 
@@ -205,7 +208,8 @@ class PartitionStore:
         hashes); each data file is then read once, sequentially. Only entries sharing a hash
         (versions of one key, or a collision) are decoded to compare their keys. With
         ``decode=False`` the other entries come as ``(hash, None, None, None, blob)``, but are
-        still decoded to find tombstones if ``drop_tombstones``.
+        still decoded to find tombstones if ``drop_tombstones`` (except in runs recorded to
+        hold none).
         """
         indexes = [self._whole_index(run) for run in runs]
         hashes = np.concatenate([e["h"] for e in indexes])
@@ -217,6 +221,7 @@ class PartitionStore:
         run_of = (-newest[order]).tolist()
         sizes = np.concatenate([e["len"] for e in indexes])[order].tolist()
         hs, tied = hs.tolist(), tied.tolist()
+        check = [drop_tombstones and run.tombstones != 0 for run in runs]
         streams = [self.fs.open_input_stream(self._path(run.run_id, "data")) for run in runs]
         self.bytes_read += sum(run.data_bytes for run in runs)
         reads = [_Chunks(s).read for s in streams]
@@ -226,7 +231,7 @@ class PartitionStore:
             while i < n:
                 if not tied[i]:  # the only entry with this hash: the newest version of its key
                     blob = reads[run_of[i]](sizes[i])
-                    if decode or drop_tombstones:
+                    if decode or check[run_of[i]]:
                         key, records = loads(blob)
                         if records or not drop_tombstones:
                             yield hs[i], encode_key(key) if decode else None, key, records, blob
@@ -283,11 +288,14 @@ class PartitionStore:
                 raise ValueError(f"key {a[2]!r} appears twice in one run")
         # enc is derived from the key, so the data file holds (key, records) only
         return self._write_sorted(
-            run_id, ((h, pickle.dumps((key, recs), protocol=5)) for h, _, key, recs in items)
+            run_id, ((h, pickle.dumps((key, recs), protocol=5)) for h, _, key, recs in items),
+            tombstones=sum(1 for it in items if not it[3]),
         )
 
-    def _write_sorted(self, run_id: str, items: Iterable[tuple[int, bytes]]) -> RunInfo:
-        """Write ``(hash, blob)`` entries already in ``(hash, enc)`` order."""
+    def _write_sorted(self, run_id: str, items: Iterable[tuple[int, bytes]],
+                      tombstones: int | None) -> RunInfo:
+        """Write ``(hash, blob)`` entries already in ``(hash, enc)`` order; ``tombstones``
+        bounds how many of them are tombstones (None: unknown)."""
         self.fs.create_dir(self.dir, recursive=True)
         hs, lens, chunk, size, pos = array("Q"), array("I"), [], 0, 0
         with self._atomic(self._path(run_id, "data")) as out:
@@ -314,7 +322,8 @@ class PartitionStore:
             out.write(_HEADER.pack(_MAGIC, _VERSION, bits, n))
             out.write(directory.astype("<u8").tobytes())
             out.write(index.tobytes())
-        return RunInfo(run_id, n, pos, _HEADER.size + 8 * len(directory) + index.nbytes)
+        return RunInfo(run_id, n, pos, _HEADER.size + 8 * len(directory) + index.nbytes,
+                       tombstones)
 
     def maybe_compact(
         self,
@@ -336,7 +345,7 @@ class PartitionStore:
             return runs
         if sum(r.nbytes for r in runs[1:]) > base_fraction * runs[0].nbytes:
             items = ((t[0], t[4]) for t in self._merge(runs, True, decode=False))
-            merged = self._write_sorted(f"{run_id}.c", items)
+            merged = self._write_sorted(f"{run_id}.c", items, tombstones=0)
             if merged.entries == 0:
                 for kind in ("data", "index"):
                     self.fs.delete_file(self._path(merged.run_id, kind))
@@ -344,7 +353,9 @@ class PartitionStore:
             return [merged]
         if len(runs) > max_runs:
             items = ((t[0], t[4]) for t in self._merge(runs[1:], False, decode=False))
-            return [runs[0], self._write_sorted(f"{run_id}.m", items)]
+            counts = [r.tombstones for r in runs[1:]]
+            bound = None if None in counts else sum(counts)
+            return [runs[0], self._write_sorted(f"{run_id}.m", items, tombstones=bound)]
         return runs
 
     def delete_unreferenced(self, keep: Iterable[RunInfo]) -> int:
