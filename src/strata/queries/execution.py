@@ -56,7 +56,7 @@ class QueryTables:
                  token: str) -> None:
         self.spark, self.root, self.n, self.token = spark, root, n, token
         self.live = {k: dict(v) for k, v in live.items()}
-        self.staged: dict[str, tuple[str, str, list[str], str]] = {}
+        self.staged: list[tuple[str, str, str, list[str], str]] = []
         self._sweep()
 
     def _dir(self, name: str) -> str:
@@ -91,21 +91,21 @@ class QueryTables:
     def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
         """Write ``df`` for table ``name`` into staging: ``mode`` is ``append`` (added to the
         table's files) or ``replace`` (becomes the table)."""
-        path = fs.join(self.root, "staging", self.token, name)
+        path = fs.join(self.root, "staging", self.token, f"{name}-{len(self.staged)}")
         writer = df.write.mode("overwrite")
         if lineage:
-            tmp = f"strata_staging_{self.token}_{name}"
+            tmp = f"strata_staging_{self.token}_{name}_{len(self.staged)}"
             writer.bucketBy(self.n, *lineage).option("path", path).saveAsTable(tmp)
             self.spark.sql(f"DROP TABLE IF EXISTS {tmp}")
         else:
             writer.parquet(path)
         files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
-        self.staged[name] = (ddl_of(df.schema), mode, files, ",".join(lineage))
+        self.staged.append((name, ddl_of(df.schema), mode, files, ",".join(lineage)))
 
     def commit_files(self) -> dict[str, dict]:
         """Move staged files into their tables; the tables' new file lists."""
         out = {k: dict(v) for k, v in self.live.items()}
-        for name, (ddl, mode, files, lineage) in self.staged.items():
+        for name, ddl, mode, files, lineage in self.staged:
             moved = []
             for f in files:
                 dst = fs.join(self._dir(name), f.rsplit("/", 1)[1])
@@ -299,17 +299,16 @@ class _EpochRun:
 
     def _append(self, name: str, delta: DataFrame, old: DataFrame | None) -> None:
         """Append a join input's increment to its table; when the table has many files,
-        rewrite it instead with rows netted (a delete cancels its insert). Both writes
-        stay bucketed by ``_j`` without shuffling the old rows."""
+        first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
         files = len(self.tables.live.get(name, {}).get("files", []))
-        if old is None or files < COMPACT_FILES_PER_BUCKET * self.tables.n:
-            self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
-            return
-        cols = [c for c in old.columns if c != MULT]
-        both = old.unionByName(delta.select(*old.columns))
-        netted = (both.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
-                  .select(*old.columns))
-        self.tables.stage(name, netted, ["_j"], "replace")
+        if old is not None and files >= COMPACT_FILES_PER_BUCKET * self.tables.n:
+            # grouping the bucketed table by all its columns (_j among them) needs no
+            # shuffle: each bucket is netted where it lies
+            cols = [c for c in old.columns if c != MULT]
+            netted = (old.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
+                      .select(*old.columns))
+            self.tables.stage(name, netted, ["_j"], "replace")
+        self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
 
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
