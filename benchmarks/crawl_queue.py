@@ -2,12 +2,15 @@
 
 The dataflow is ``examples/crawlqueue/pipeline.py`` (extract → count in-links → merge →
 score → threshold; two Spark jobs per increment after fusion). The input is
-``examples/crawlqueue/generate.py``: ``increments`` batches of newly crawled pages. Per
-increment it measures the wall time of ``Controller.run()`` (ingest not included) and
-Spark's own shuffle write bytes for its jobs (:class:`strata.physical.metrics.SparkMetrics`):
+``examples/crawlqueue/generate.py``: an initial crawl (``initial_increments`` batches'
+worth of pages, ingested and run before the measured increments, not timed), then
+``increments`` batches of newly crawled pages, so the state is large next to each
+increment, as for a crawler that has been running a while. Per increment it measures
+the wall time of ``Controller.run()`` (ingest not included) and Spark's own shuffle
+write bytes for its jobs (:class:`strata.physical.metrics.SparkMetrics`):
 
 * ``landmark`` — recompute from all data so far: the *same dataflow* in a fresh home, in
-  direct mode, with one ingest of the union of increments 1..e (its queue is then the full
+  direct mode, with one ingest of the initial crawl and increments 1..e (its queue is then the full
   queue: every uncrawled linked URL over the threshold);
 * ``blackbox`` — one controller, black-box mode (the whole state is shuffled each epoch);
 * ``direct`` — one controller, direct mode (only the increment is shuffled).
@@ -23,7 +26,7 @@ lists of ``{"seconds", "shuffle_bytes"}`` per increment. The summary has the tar
 * state bytes shuffled by direct mode (estimate)          ~ 0 (< 5% of its shuffle)
 
 State bytes shuffled are estimated from Spark's shuffle write bytes: the bytes per routed
-input record are taken from increment 1 (empty state: every shuffled byte is input), and
+input record are taken from direct mode's increment 1 (direct mode shuffles input only), and
 increment e's estimate is ``shuffle_bytes - routed_records * that``, where routed records
 are known from the data (each distinct link goes to two count groups; merge routes its
 three inputs once each). (PySpark batches records before Spark's shuffle writer, so
@@ -49,8 +52,9 @@ sys.path.insert(0, str(ROOT))
 from examples.crawlqueue.generate import generate  # noqa: E402
 from examples.crawlqueue.pipeline import build_dataflow  # noqa: E402
 
-FULL = {"increments": 10, "size": 5000}
-QUICK = {"increments": 3, "size": 200}
+# the initial crawl (pages crawled before increment 1) is this many increments' worth
+FULL = {"increments": 10, "size": 5000, "initial_increments": 20}
+QUICK = {"increments": 3, "size": 200, "initial_increments": 2}
 MODES = ("landmark", "blackbox", "direct")
 TARGETS = {"direct_last_over_second": 1.25, "landmark_over_direct": 5.0,
            "blackbox_over_direct": 2.0}
@@ -83,18 +87,22 @@ def measured_run(c, metrics, label: str, batches: list[list[dict]]) -> tuple[dic
 
 
 def run_incremental(spark, metrics, tmp: Path, mode: str, batches, partitions: int,
-                    quiet: bool = False):
+                    quiet: bool = False, initial: list[dict] | None = None):
     from strata.controller import Controller
 
     rows, extras, queues = [], [], []
     with Controller(tmp / f"home-{mode}", build_dataflow(), spark=spark, mode=mode,
                     num_partitions=partitions) as c:
+        if initial:  # the crawl so far: builds the state, not timed
+            c.ingest("pages", initial)
+            c.run()
+        first = 1 if initial else 0
         for e, batch in enumerate(batches, 1):
             c.ingest("pages", batch)
             row, extra = measured_run(c, metrics, f"crawl-{mode}-{e}", [batch])
             rows.append(row)
             extras.append(extra)
-            queues.append(sorted(c.read_flow("crawl_queue", e).to_pylist(),
+            queues.append(sorted(c.read_flow("crawl_queue", e + first).to_pylist(),
                                  key=lambda r: r["url"]))
             if not quiet:
                 log(f"[{mode}] increment {e}: {row['seconds']:.2f} s, shuffle "
@@ -104,7 +112,7 @@ def run_incremental(spark, metrics, tmp: Path, mode: str, batches, partitions: i
     return rows, extras, queues, counts
 
 
-def run_landmark(spark, metrics, tmp: Path, batches, partitions: int):
+def run_landmark(spark, metrics, tmp: Path, batches, partitions: int, initial: list[dict]):
     from strata.controller import Controller
 
     rows, extras, counts = [], [], {}
@@ -112,8 +120,9 @@ def run_landmark(spark, metrics, tmp: Path, batches, partitions: int):
         home = tmp / f"home-landmark-{e}"
         with Controller(home, build_dataflow(), spark=spark, mode="direct",
                         num_partitions=partitions) as c:
-            c.ingest("pages", [p for b in batches[:e] for p in b])
-            row, extra = measured_run(c, metrics, f"crawl-landmark-{e}", batches[:e])
+            c.ingest("pages", initial + [p for b in batches[:e] for p in b])
+            row, extra = measured_run(c, metrics, f"crawl-landmark-{e}",
+                                      [initial, *batches[:e]])
             if e == len(batches):
                 counts = {r["key"]: r["inlinks"] for r in c.state_records("count")}
         shutil.rmtree(home, ignore_errors=True)
@@ -139,8 +148,11 @@ def summarize(modes: dict, extras: dict, load: tuple, wall: float) -> dict:
         v = total(m) / total("direct")
         out[f"cumulative_{key}"] = {"value": round(v, 3),
                                     "target": f">= {TARGETS[key]:g}", "met": v >= TARGETS[key]}
+    # bytes per routed input record, from direct mode's first increment (direct shuffles
+    # input only; with an initial crawl black-box already shuffles state in increment 1)
+    per = modes["direct"][0]["shuffle_bytes"] / extras["direct"][0]["routed_records"]
+
     def state_bytes(m: str) -> list[int]:
-        per = modes[m][0]["shuffle_bytes"] / extras[m][0]["routed_records"]
         return [round(r["shuffle_bytes"] - x["routed_records"] * per)
                 for r, x in zip(modes[m], extras[m], strict=True)]
 
@@ -219,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", metavar="PATH.png")
     ap.add_argument("--increments", type=int)
     ap.add_argument("--size", type=int, help="pages per increment")
+    ap.add_argument("--initial-increments", type=int,
+                    help="the initial crawl, in increments' worth of pages (not timed)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
@@ -231,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
 
     t0 = time.perf_counter()
-    batches = generate(args.seed, n, size)
-    log(f"crawl-queue benchmark: {n} increments of {size:,} pages "
+    k = sizes["initial_increments"] if args.initial_increments is None else \
+        args.initial_increments
+    generated = generate(args.seed, k + n, size)
+    initial, batches = [p for b in generated[:k] for p in b], generated[k:]
+    log(f"crawl-queue benchmark: an initial crawl of {len(initial):,} pages, then "
+        f"{n} increments of {size:,} pages "
         f"({sum(len(p['links']) for b in batches for p in b):,} links) generated in "
         f"{time.perf_counter() - t0:.1f} s; load average {load[0]:.2f}")
     spark = get_spark(args.master, app_name="strata-bench-crawl-queue")
@@ -244,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         run_incremental(spark, metrics, tmp / "warm", "direct", generate(args.seed + 1, 1, 100),
                         args.partitions, True)
         modes["landmark"], extras["landmark"], landmark_counts = run_landmark(
-            spark, metrics, tmp, batches, args.partitions)
+            spark, metrics, tmp, batches, args.partitions, initial)
         results = {}
         for mode in ("blackbox", "direct"):
             rows, ex, queues, counts = run_incremental(spark, metrics, tmp, mode, batches,
-                                                       args.partitions)
+                                                       args.partitions, initial=initial)
             modes[mode], extras[mode], results[mode] = rows, ex, (queues, counts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -256,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         raise RuntimeError("direct and black-box crawl queues differ")
     if results["direct"][1] != landmark_counts:
         raise RuntimeError("direct in-link counts differ from the landmark recomputation")
-    result = {"increments": n, "records_per_increment": size,
+    result = {"increments": n, "records_per_increment": size, "initial_pages": len(initial),
               "modes": {m: modes[m] for m in MODES}}
     result["summary"] = summarize(result["modes"], extras, load, time.perf_counter() - wall0)
     text = json.dumps(result, indent=1)
