@@ -32,7 +32,6 @@ reads more state than inner to call translate (compaction reads are reported apa
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -43,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -214,23 +215,15 @@ def plot(result: dict, path: str) -> None:
     fig.suptitle(f"clustering coefficients: {result['increments']} increments of "
                  f"~{result['edges_per_increment']:,} edges, with/without multicast and "
                  "inner state")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
-    ap.add_argument("--json", required=True, metavar="PATH")
-    ap.add_argument("--plot", metavar="PATH.png")
+    ap = parser(__doc__, seed=7)
     ap.add_argument("--increments", type=int)
     ap.add_argument("--size", type=int, help="new edges per increment (about)")
     ap.add_argument("--preload", type=int,
                     help="generated increments ingested together before the measured ones")
-    ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     n, size = args.increments or sizes["increments"], args.size or sizes["size"]

@@ -37,7 +37,6 @@ in-link counts against the last landmark run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -45,6 +44,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -219,23 +220,15 @@ def plot(result: dict, path: str) -> None:
     ax1.set_ylim(bottom=0)
     ax2.set_ylim(bottom=0)
     fig.suptitle(f"strata crawl queue: {result['records_per_increment']:,} pages per increment")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
-    ap.add_argument("--json", required=True, metavar="PATH")
-    ap.add_argument("--plot", metavar="PATH.png")
+    ap = parser(__doc__, seed=1)
     ap.add_argument("--increments", type=int)
     ap.add_argument("--size", type=int, help="pages per increment")
     ap.add_argument("--initial-increments", type=int,
                     help="the initial crawl, in increments' worth of pages (not timed)")
-    ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     n, size = args.increments or sizes["increments"], args.size or sizes["size"]

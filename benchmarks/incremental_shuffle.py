@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from common import save  # benchmarks/common.py (this script's folder)
 
 MODES = ("direct", "blackbox")
 GROUPINGS = ("outer", "inner")
@@ -314,9 +315,7 @@ def plot(result: dict, path: str) -> None:
     m = result["machine"]
     fig.suptitle(f"strata URL count: direct vs black-box ({m['cores']} cores, Spark {m['spark']},"
                  f" {result['config']['num_partitions']} partitions)")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, rect=(0, 0.1, 1, 1))
 
 
 # -- main ------------------------------------------------------------------------------------

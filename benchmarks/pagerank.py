@@ -32,7 +32,6 @@ The JSON goes to ``PATH`` and stdout; progress and a summary go to stderr. The t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -40,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -196,22 +197,14 @@ def plot(result: dict, path: str) -> None:
         ax.legend()
     fig.suptitle(f"strata incremental PageRank: {result['nodes']:,} pages, "
                  f"{result['links_per_batch']} links per batch")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
-    ap.add_argument("--json", required=True, metavar="PATH")
-    ap.add_argument("--plot", metavar="PATH.png")
+    ap = parser(__doc__, seed=5)
     ap.add_argument("--initial", type=int, help="pages of the initial graph")
     ap.add_argument("--batches", type=int, help="insertion batches")
     ap.add_argument("--size", type=int, help="links per batch")
-    ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=5)
-    ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     initial = args.initial or sizes["initial"]

@@ -64,6 +64,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from common import save  # benchmarks/common.py (this script's folder)
 
 # slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
 FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
@@ -536,9 +537,7 @@ def plot(result: dict, path: str) -> None:
                  f"{result['key_space']:,} URLs ({result['config']['master']}, "
                  f"load {result['load_average_1m']['start']}–{result['load_average_1m']['end']})",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # -- main ------------------------------------------------------------------------------------

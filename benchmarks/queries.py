@@ -21,7 +21,6 @@ yet; the JSON says so instead of giving numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from common import parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,17 +175,11 @@ def plot(result: dict, path: str) -> None:
             ax.set_xlabel("increment")
             ax.legend()
     fig.suptitle(f"strata incremental queries vs recomputation ({result['machine']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes: under a minute")
-    ap.add_argument("--json", required=True, metavar="PATH")
-    ap.add_argument("--plot", metavar="PATH.png")
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--master", default="local[2]")
+    ap = parser(__doc__, partitions=4, master="local[2]")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(ROOT / "src"))

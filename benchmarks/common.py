@@ -1,0 +1,32 @@
+"""What every benchmark script shares: its command-line options and saving its figure."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def parser(doc: str, *, seed: int | None = None, partitions: int = 2,
+           master: str | None = None) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark takes: ``--quick``, ``--json
+    PATH``, ``--plot PATH.png``, ``--partitions``, ``--master`` and (given a default)
+    ``--seed``. The description is the first paragraph of ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    ap.add_argument("--json", required=True, metavar="PATH", help="write the results here")
+    ap.add_argument("--plot", metavar="PATH.png", help="draw the per-epoch figure here")
+    ap.add_argument("--partitions", type=int, default=partitions,
+                    help=f"state partitions (default {partitions})")
+    ap.add_argument("--master", default=master,
+                    help=f"Spark master URL (default {master or 'local[*]'})")
+    if seed is not None:
+        ap.add_argument("--seed", type=int, default=seed)
+    return ap
+
+
+def save(fig, path: str, **layout) -> None:
+    """Lay out, write and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(**layout)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
