@@ -152,3 +152,14 @@ def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypa
     assert +net == Counter({3: 1})
     assert len(rows) < 7  # 7 rows were appended; compaction netted some away
     assert len(left) <= 4  # at most one compacted run and one appended run per bucket
+
+
+def test_python_api_wraps_a_grouped_relation_as_a_subquery():
+    from strata.queries import GroupBy, Map, table
+    from strata.queries.stage import compile_query, flow_columns
+
+    q = table("R").group_by("k").agg(n="count(*)").where("n > 2").order_by("n desc")
+    assert "FROM (SELECT" in q.sql()
+    plan = compile_query(q, flow_columns(_df()))
+    assert isinstance(plan.root, Map) and isinstance(plan.root.child, GroupBy)
+    assert list(plan.root.columns) == ["k", "n"] and plan.query.order_by == (("n", False),)

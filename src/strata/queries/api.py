@@ -11,6 +11,7 @@ relation) wraps it as a subquery, which the SQL front end unnests.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -20,6 +21,13 @@ from strata.queries.algebra import Query
 from strata.queries.errors import QueryError
 from strata.queries.monoids import UserAggregate
 from strata.queries.sql import parse_sql
+
+_aliases = itertools.count(1)
+
+
+def _fresh(kind: str) -> str:
+    """A new alias for a wrapped subquery."""
+    return f"_{kind}{next(_aliases)}"
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class Relation:
 
     def where(self, condition: str) -> Relation:
         """Keep rows satisfying ``condition``."""
-        base = self._wrapped(f"_w{id(self) % 10_000}") if self._shaped() else self
+        base = self._wrapped(_fresh("w")) if self._shaped() else self
         return replace(base, select=base.select.where(condition, dialect="spark", copy=True))
 
     def join(self, other: Relation, on: str | tuple[str, str] | Sequence[tuple[str, str]],
@@ -55,10 +63,10 @@ class Relation:
         ``(left column, right column)`` or a list of pairs."""
         pairs = [(on, on)] if isinstance(on, str) else [on] if isinstance(on[0], str) \
             else list(on)
-        left = self._wrapped(f"_l{id(self) % 10_000}") if self._shaped() else self
+        left = self._wrapped(_fresh("l")) if self._shaped() else self
         la = left.alias or _table_name(left.select)
         if other._shaped() or not other.alias and other.select.args.get("joins"):
-            other = other._wrapped(f"_r{id(other) % 10_000}")
+            other = other._wrapped(_fresh("r"))
         ra = other.alias or _table_name(other.select)
         item = other.select.args["from_"].this.copy()
         cond = " AND ".join(f"{la}.{a} = {ra}.{b}" for a, b in pairs)
@@ -70,7 +78,7 @@ class Relation:
 
     def select_(self, *columns: str, **named: str) -> Relation:
         """Project onto ``columns`` and ``name=expression`` pairs."""
-        base = self._wrapped(f"_s{id(self) % 10_000}") if self._shaped() else self
+        base = self._wrapped(_fresh("s")) if self._shaped() else self
         exprs = [*columns, *(f"{e} AS {n}" for n, e in named.items())]
         return replace(base, select=base.select.select(*exprs, append=False, dialect="spark",
                                                        copy=True))
@@ -112,7 +120,7 @@ class Grouped:
         if not aggregates:
             raise QueryError("agg() needs at least one name=aggregate")
         rel = self.relation
-        base = rel._wrapped(f"_g{id(rel) % 10_000}") if rel._shaped() else rel
+        base = rel._wrapped(_fresh("g")) if rel._shaped() else rel
         exprs = [*self.keys, *(f"{e} AS {n}" for n, e in aggregates.items())]
         sel = base.select.select(*exprs, append=False, dialect="spark", copy=True)
         if self.keys:
