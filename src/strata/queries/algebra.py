@@ -24,11 +24,14 @@ from strata.queries.errors import QueryError
 from strata.queries.expressions import (
     MULT,
     Expr,
+    and_all,
     col,
     column_names,
+    conjuncts,
     substitute,
     to_sql,
     type_of,
+    widest,
 )
 from strata.queries.monoids import AggCall
 
@@ -142,6 +145,12 @@ class Join(Node):
         for lc, rc in self.on:
             if lc not in self.left.columns or rc not in self.right.columns:
                 raise QueryError(f"join condition {lc} = {rc}: no such columns")
+            try:
+                widest([self.left.columns[lc], self.right.columns[rc]])
+            except QueryError:
+                raise QueryError(
+                    f"join condition {lc} = {rc} compares {self.left.columns[lc]} with "
+                    f"{self.right.columns[rc]}; cast one side") from None
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -276,38 +285,24 @@ def normalize(node: Node) -> Node:
             outputs = tuple((n, substitute(e, defs)) for n, e in outputs)
         elif child.outputs is not None:
             outputs = child.outputs
-        where = _and(child.where, where)
+        where = and_all(child.where, where)
         child = child.child
     if isinstance(child, Join) and where is not None:
         keep, left, right = [], [], []
-        for c in _conjuncts(where):
+        for c in conjuncts(where):
             used = column_names(c)
             (left if used <= set(child.left.columns) else
              right if used <= set(child.right.columns) else keep).append(c)
         if left or right:
-            child = Join(normalize(Map(child.left, _and(*left))) if left else child.left,
-                         normalize(Map(child.right, _and(*right))) if right else child.right,
+            child = Join(normalize(Map(child.left, and_all(*left))) if left else child.left,
+                         normalize(Map(child.right, and_all(*right))) if right else child.right,
                          child.on)
-            where = _and(*keep)
+            where = and_all(*keep)
     if where is None and (outputs is None or all(
             isinstance(e, exp.Column) and e.name == n for n, e in outputs)
             and [n for n, _ in outputs] == list(child.columns)):
         return child
     return Map(child, where, outputs)
-
-
-def _conjuncts(e: Expr) -> list[Expr]:
-    return list(e.flatten()) if isinstance(e, exp.And) else [e]
-
-
-def _and(*es: Expr | None) -> Expr | None:
-    parts = [e for e in es if e is not None]
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = exp.and_(out, p)
-    return out
 
 
 def passthrough(names: list[str]) -> tuple[tuple[str, Expr], ...]:

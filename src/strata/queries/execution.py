@@ -33,9 +33,8 @@ from strata.physical import fs
 from strata.physical.increments import Increment
 from strata.physical.state import StateSnapshot
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
-from strata.queries.expressions import MULT, to_sql
+from strata.queries.expressions import MULT, bind, to_sql, widest
 from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan
-from strata.queries.monoids import _lambda
 
 if TYPE_CHECKING:
     from strata.model.dataflow import Stage
@@ -263,7 +262,7 @@ class _EpochRun:
     # -- join ------------------------------------------------------------------------------
     def _join(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame) -> DataFrame:
         node = plan.node
-        types = [_wider(node.left.columns[a], node.right.columns[b]) for a, b in node.on]
+        types = [widest([node.left.columns[a], node.right.columns[b]]) for a, b in node.on]
 
         def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
             ok = F.lit(True)
@@ -338,19 +337,19 @@ class _EpochRun:
                   F.col("d._g").isNotNull().alias("_touched"),
                   F.coalesce(F.col("s._keep"), F.lit(False)).alias("_old_keep"),
                   *[F.col(f"s.`{o}`").alias(f"_old_{o}") for o in outputs]]
-        merged += [F.expr(_lambda(p.merge, {"s": f"s.`{p.name}`", "d": f"d.`{p.name}`"}))
+        merged += [F.expr(bind(p.merge, {"s": f"s.`{p.name}`", "d": f"d.`{p.name}`"}))
                    .alias(p.name) for p in plan.parts]
         m = j.select(*merged)
         filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
                   for p in plan.parts}
         scope = {n: f"_g.`{n}`" for n, _ in node.keys}  # a: over keys and aggregate answers
-        scope.update({a: _lambda(sql, filled) if filled else sql
+        scope.update({a: bind(sql, filled) if filled else sql
                       for a, sql in plan.answer_sql().items()})
-        m = m.select("*", *[F.expr(_lambda(to_sql(e), scope)).alias(o)
+        m = m.select("*", *[F.expr(bind(to_sql(e), scope)).alias(o)
                             for o, e in node.outputs])
         keep = F.col("_cnt") != 0
         if node.having is not None:
-            keep = keep & F.coalesce(F.expr(_lambda(to_sql(node.having), scope)), F.lit(False))
+            keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
         m = self._materialize(m.withColumn("_keep", keep))
         new_state = m.where("_cnt <> 0").select("_g", *[p.name for p in plan.parts],
                                                   *outputs, "_keep")
@@ -371,15 +370,6 @@ def _spark_type(sql_type: str):
     from pyspark.sql.types import _parse_datatype_string
 
     return _parse_datatype_string(sql_type)
-
-
-def _wider(a: str, b: str) -> str:
-    order = ["tinyint", "smallint", "int", "bigint", "float", "double"]
-    if a == b:
-        return a
-    if a in order and b in order:
-        return max(a, b, key=order.index)
-    raise StrataError(f"cannot join a {a} column with a {b} column; cast one of them")
 
 
 def output_ddl(columns: Mapping[str, str]) -> str:

@@ -84,6 +84,34 @@ def substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
     return e.copy().transform(sub)
 
 
+def conjuncts(e: Expr) -> list[Expr]:
+    """The parts of an ``AND`` chain (``e`` itself if it is not one)."""
+    e = e.unnest() if isinstance(e, exp.Paren) else e
+    return list(e.flatten()) if isinstance(e, exp.And) else [e]
+
+
+def and_all(*es: Expr | None) -> Expr | None:
+    """The conjunction of the given conditions (None if there are none)."""
+    parts = [x for x in es if x is not None]
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.and_(out, p)
+    return out
+
+
+def bind(body: str, args: Mapping[str, str]) -> str:
+    """SQL ``body`` with the columns named in ``args`` replaced by their SQL (parenthesised),
+    on the parsed expression, so only whole identifiers are replaced: how lift, merge and
+    answer templates get their arguments."""
+    tree = sqlglot.parse_one(body, read="spark")
+    repl = {k: sqlglot.parse_one(v, read="spark") for k, v in args.items()}
+    out = tree.transform(lambda n: exp.paren(repl[n.name].copy())
+                         if isinstance(n, exp.Column) and not n.table and n.name in repl else n)
+    return out.sql(dialect="spark")
+
+
 def col(name: str) -> Expr:
     return exp.column(name, quoted=True)
 
@@ -98,7 +126,8 @@ def contains_aggregate(e: Expr) -> bool:
 
 
 # -- types ------------------------------------------------------------------------------
-def _widest(types: list[str]) -> str:
+def widest(types: list[str]) -> str:
+    """The type values of all ``types`` fit in (numbers widen; others must agree)."""
     known = [t for t in types if t != "void"]
     if not known:
         return "string"
@@ -134,7 +163,7 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
         type_of(e.left, schema), type_of(e.right, schema)
         return "double"
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv)):
-        t = _widest([type_of(e.left, schema), type_of(e.right, schema)])
+        t = widest([type_of(e.left, schema), type_of(e.right, schema)])
         if t not in _NUMERIC:
             raise QueryError(f"arithmetic on {t} values in {e.sql()!r}")
         return "bigint" if isinstance(e, exp.IntDiv) else t
@@ -146,7 +175,7 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
         branches = [i.args.get("true") for i in e.args.get("ifs", [])] if isinstance(
             e, exp.Case) else [e.args.get("true")]
         branches.append(e.args.get("default") or e.args.get("false"))
-        return _widest([type_of(b, schema) for b in branches if b is not None])
+        return widest([type_of(b, schema) for b in branches if b is not None])
     if isinstance(e, exp.Func):
         name = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
         args = [a for a in e.iter_expressions()]
@@ -162,6 +191,6 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
             return "int"
         if name in _SAME_FUNCS or isinstance(e, (exp.Abs, exp.Round, exp.Coalesce,
                                                  exp.Greatest, exp.Least, exp.Nullif)):
-            return _widest([type_of(a, schema) for a in args])
+            return widest([type_of(a, schema) for a in args])
         raise QueryError(f"function {name}() is not supported in queries")
     raise QueryError(f"expression {e.sql()!r} ({type(e).__name__}) is not supported in queries")

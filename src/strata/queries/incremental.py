@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, normalize
 from strata.queries.errors import NotIncrementalError
-from strata.queries.expressions import to_sql
-from strata.queries.monoids import COUNT_PART, Monoid, Part, _lambda, monoid
+from strata.queries.expressions import bind, to_sql
+from strata.queries.monoids import COUNT_PART, Monoid, Part, monoid
 
 
 @dataclass
@@ -90,7 +90,7 @@ class IncrementalQuery:
                          f"({keys}), never re-shuffled")
             for p in plan.parts:
                 lift = (f"map of {p.lift} → Σ _mult" if p.kind == "multiset" else p.lift)
-                merge = _lambda(p.merge, {"s": f"s.{p.name}", "d": f"Δ.{p.name}"})
+                merge = bind(p.merge, {"s": f"s.{p.name}", "d": f"Δ.{p.name}"})
                 lines.append(f"{pad}  h  {p.name} = {lift}")
                 lines.append(f"{pad}  ⊗  {p.name} = {merge}")
             for (name, sql), m in zip(plan.answer_sql().items(), plan.monoids, strict=True):

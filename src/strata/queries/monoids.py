@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.expressions import MULT, Expr, to_sql, type_of
+from strata.queries.expressions import MULT, Expr, bind, to_sql, type_of
 
 
 @dataclass(frozen=True)
@@ -163,10 +163,10 @@ def _user(call: AggCall, prefix: str, retracts: bool) -> Monoid:
             f"aggregate {u.name}()", "has no inverse but its input can delete rows",
             "declare inverse= on the UserAggregate (e.g. \"-a\" for a sum)")
     x = f"({to_sql(call.arg)})" if call.arg is not None else "NULL"
-    lifted = _lambda(u.lift, {"x": x})
+    lifted = bind(u.lift, {"x": x})
     if u.inverse is not None:
         lifted = (f"CASE WHEN {_q(MULT)} > 0 THEN {lifted} "
-                  f"ELSE {_lambda(u.inverse, {'a': lifted})} END")
+                  f"ELSE {bind(u.inverse, {'a': lifted})} END")
     zero = f"CAST({u.zero} AS {u.state_type})"
     # NULL arguments are skipped, as SQL aggregates do; a group of only NULLs answers zero
     values = (f"filter(flatten(collect_list(array_repeat(CAST({lifted} AS {u.state_type}), "
@@ -174,19 +174,7 @@ def _user(call: AggCall, prefix: str, retracts: bool) -> Monoid:
     lift = f"aggregate({values}, {zero}, (a, b) -> {u.merge})"
     p = Part(f"{prefix}_u", "user", lift,
              f"CASE WHEN s IS NULL THEN d WHEN d IS NULL THEN s ELSE "
-             f"{_lambda(u.merge, {'a': 's', 'b': 'd'})} END")
-    return Monoid(call, (p,), _lambda(u.answer, {"a": _q(p.name)}),
+             f"{bind(u.merge, {'a': 's', 'b': 'd'})} END")
+    return Monoid(call, (p,), bind(u.answer, {"a": _q(p.name)}),
                   u.result_type or u.state_type)
 
-
-def _lambda(body: str, args: dict[str, str]) -> str:
-    """``body`` with its parameter names replaced by SQL (a textual beta reduction, done
-    on the parsed expression so that only whole identifiers are replaced)."""
-    import sqlglot
-    from sqlglot import exp
-
-    tree = sqlglot.parse_one(body, read="spark")
-    repl = {k: sqlglot.parse_one(v, read="spark") for k, v in args.items()}
-    out = tree.transform(lambda n: exp.paren(repl[n.name].copy())
-                         if isinstance(n, exp.Column) and not n.table and n.name in repl else n)
-    return out.sql(dialect="spark")

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, passthrough
 from strata.queries.errors import QueryError
-from strata.queries.expressions import MULT, col, is_aggregate
+from strata.queries.expressions import MULT, and_all, col, conjuncts, is_aggregate
 from strata.queries.monoids import AggCall, UserAggregate
 
 _AGG_NAMES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
@@ -123,7 +123,7 @@ class _Converter:
             if on_expr is None:
                 raise QueryError(f"JOIN {ralias} needs ON (cross joins are not supported)")
             pairs = []
-            for c in _conjuncts(on_expr):
+            for c in conjuncts(on_expr):
                 q = scope.qualify(c)
                 if isinstance(q, exp.EQ) and all(isinstance(s, exp.Column) for s in
                                                  (q.left, q.right)):
@@ -149,7 +149,7 @@ class _Converter:
         node, scope, conds = self._from(select)
         where = select.args.get("where")
         if where is not None:
-            for c in _conjuncts(where.this):
+            for c in conjuncts(where.this):
                 if isinstance(c, exp.In) and c.args.get("query") is not None:
                     node = self._semi_join(node, scope, c)
                 else:
@@ -158,7 +158,7 @@ class _Converter:
             if any(is_aggregate(n) for n in e.walk()):
                 raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
         if conds:
-            node = Map(node, _and_all(conds))
+            node = Map(node, and_all(*conds))
         items = self._select_items(select, scope, node)
         group = select.args.get("group")
         having = select.args.get("having")
@@ -309,14 +309,3 @@ def _default_name(e: exp.Expression) -> str:
         return e.name
     return re.sub(r"[^0-9a-zA-Z]+", "_", e.sql(dialect="spark").lower()).strip("_") or "col"
 
-
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    e = e.unnest() if isinstance(e, exp.Paren) else e
-    return list(e.flatten()) if isinstance(e, exp.And) else [e]
-
-
-def _and_all(es: list[exp.Expression]) -> exp.Expression:
-    out = es[0]
-    for e in es[1:]:
-        out = exp.and_(out, e)
-    return out
