@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
 from strata.physical.increments import Increment
@@ -180,15 +181,17 @@ class QueryProgram:
             sc.setJobDescription(None)
         files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
                  if f.startswith("part-")]
-        rows = sum(pq.ParquetFile(fs.resolve(f)[1]).metadata.num_rows for f in files) \
-            if "://" not in out_dir else sum(pq.read_metadata(f).num_rows for f in files)
+        rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
+                   for fsys, path in map(fs.resolve, files))
         outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
         new_tables = tables.commit_files()
         snap = StateSnapshot(stage=stage.name, epoch=epoch, mode=runner.mode, num_partitions=n,
                              outputs=outputs, tables=new_tables, query=self.answer_spec())
         snap.metrics = {"state_bytes_total": snap.total_bytes,
                         "state_bytes_total_before": cur.total_bytes}
+        crashpoint("before-manifest")
         sd.commit(snap)
+        crashpoint("after-manifest")
         sd.gc(snap)
         return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
 
