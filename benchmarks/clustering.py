@@ -32,7 +32,6 @@ reads more state than inner to call translate (compaction reads are reported apa
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shlex
@@ -43,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -273,12 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
         "wall_seconds": round(time.perf_counter() - wall0, 1),
     }
-    text = json.dumps(result, indent=1)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(text + "\n")
-    print(text)
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     log(human(result))
     if not check["identical_coefficients"] or check.get("matches_networkx") is False:
         log("ERROR: the variants' coefficients differ (or differ from networkx)")

@@ -1,8 +1,11 @@
-"""What every benchmark script shares: its command-line options and saving its figure."""
+"""What every benchmark script shares: its options, saving its figure, writing its result."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
 
 
 def parser(doc: str, *, seed: int | None = None, partitions: int = 2,
@@ -30,3 +33,14 @@ def save(fig, path: str, **layout) -> None:
     fig.tight_layout(**layout)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def emit(result: dict, json_path: str, plot_path: str | None,
+         plot: Callable[[dict, str], None]) -> None:
+    """Write ``result`` as JSON to ``json_path`` and stdout, and draw it if asked."""
+    text = json.dumps(result, indent=1)
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(text + "\n")
+    print(text)
+    if plot_path:
+        plot(result, plot_path)

@@ -37,7 +37,6 @@ in-link counts against the last landmark run.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -45,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -270,11 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"increments": n, "records_per_increment": size, "initial_pages": len(initial),
               "modes": {m: modes[m] for m in MODES}}
     result["summary"] = summarize(result["modes"], extras, load, time.perf_counter() - wall0)
-    text = json.dumps(result, indent=1)
-    Path(args.json).write_text(text + "\n")
-    print(text)
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     log(human(result))
     return 0
 

@@ -27,7 +27,6 @@ grouping, and is reported for outer only for comparison.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -42,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from common import save  # benchmarks/common.py (this script's folder)
+from common import emit, save  # benchmarks/common.py (this script's folder)
 
 MODES = ("direct", "blackbox")
 GROUPINGS = ("outer", "inner")
@@ -399,11 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     result["summary"] = summarize(runs)
-    text = json.dumps(result, indent=1)
-    Path(args.json).write_text(text + "\n")
-    print(text)
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     log(human_summary(result, wall))
     return 0
 

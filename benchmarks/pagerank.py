@@ -32,7 +32,6 @@ The JSON goes to ``PATH`` and stdout; progress and a summary go to stderr. The t
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -40,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -229,11 +228,7 @@ def main(argv: list[str] | None = None) -> int:
               "links": sum(len(inc) for inc in increments), "initial_links": len(increments[0]),
               "batches": batches, "links_per_batch": size, **rows}
     result["summary"], result["targets"] = summarize(result, load, time.perf_counter() - wall0)
-    text = json.dumps(result, indent=1)
-    Path(args.json).write_text(text + "\n")
-    print(text)
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     log(human(result))
     return 0
 

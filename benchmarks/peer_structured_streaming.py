@@ -64,7 +64,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import save  # benchmarks/common.py (this script's folder)
+from common import emit, save  # benchmarks/common.py (this script's folder)
 
 # slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
 FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
@@ -643,12 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_by_step": loads,
         "wall_seconds": round(time.perf_counter() - wall0, 1),
     }
-    text = json.dumps(result, indent=1)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(text + "\n")
-    print(text)
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     log(human(result))
     if not result["counts_identical"]:
         log(f"ERROR: final counts differ from the full recomputation: {identical}")

@@ -21,7 +21,6 @@ yet; the JSON says so instead of giving numbers.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,12 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     result["summary"] = summarize(result)
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
     result["load_average_1m"] = {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}
-    text = json.dumps(result, indent=1)
-    print(text)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(text + "\n")
-    if args.plot:
-        plot(result, args.plot)
+    emit(result, args.json, args.plot, plot)
     for k, v in result["summary"].items():
         log(f"{k}: {v['value']} (target {v['target']}: {'met' if v['met'] else 'MISSED'})")
     return 0
