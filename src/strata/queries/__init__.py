@@ -10,12 +10,13 @@ from strata.queries.algebra import GroupBy, Join, Map, Query, Scan, normalize
 from strata.queries.api import Relation, table
 from strata.queries.errors import NotIncrementalError, QueryError
 from strata.queries.incremental import IncrementalQuery, derive
+from strata.queries.iteration import Iteration, iterate
 from strata.queries.monoids import UserAggregate
 from strata.queries.sql import parse_sql
 from strata.queries.stage import add_query, compile_query, read_answer
 
 __all__ = [
-    "GroupBy", "IncrementalQuery", "Join", "Map", "NotIncrementalError", "Query",
+    "GroupBy", "IncrementalQuery", "Iteration", "Join", "Map", "NotIncrementalError", "Query",
     "QueryError", "Relation", "Scan", "UserAggregate", "add_query", "compile_query",
-    "derive", "normalize", "parse_sql", "read_answer", "table",
+    "derive", "iterate", "normalize", "parse_sql", "read_answer", "table",
 ]

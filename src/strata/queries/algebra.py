@@ -3,8 +3,10 @@
 A query is a tree of nodes over strata flows (Fegaras's monoid comprehension algebra,
 restricted to what strata runs): ``Scan`` reads a flow; ``Map`` is a flatten-map that
 keeps at most one output per row (a filter and a projection); ``Join`` is a co-group on
-equal keys followed by a flatten, i.e. an inner equi-join; ``GroupBy`` groups and
-reduces each group with monoids (a total aggregate is a group-by with no keys).
+equal keys followed by a flatten, i.e. an inner equi-join; ``Nearest`` joins each row
+with the row of a small relation that minimizes a distance (k-means' assignment step);
+``GroupBy`` groups and reduces each group with monoids (a total aggregate is a group-by
+with no keys).
 :func:`normalize` fuses adjacent maps and pushes filters below joins.
 
 Every node knows its columns and their Spark types, the columns that identify a row
@@ -202,6 +204,47 @@ class Join(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Nearest(Node):
+    """Each row of ``left`` with the one row of ``right`` (a small relation, such as a
+    set of centroids) that minimizes ``distance``; ties go to the earlier right row."""
+
+    left: Node
+    right: Node
+    distance: Expr
+
+    def __post_init__(self) -> None:
+        clash = set(self.left.columns) & set(self.right.columns)
+        if clash:
+            raise QueryError(f"both sides of a nearest join have columns {sorted(clash)}; "
+                             "rename them")
+        t = type_of(self.distance, self.columns)
+        try:
+            widest([t, "double"])
+        except QueryError:
+            raise QueryError(f"nearest distance {to_sql(self.distance)!r} is {t}, not a "
+                             "number") from None
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        return {**self.left.columns, **self.right.columns}
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        return self.left.key
+
+    @property
+    def retracts(self) -> bool:
+        return self.left.retracts or self.right.retracts
+
+    def __str__(self) -> str:
+        return f"nearest join minimizing {to_sql(self.distance)}"
+
+
+@dataclass(frozen=True, eq=False)
 class GroupBy(Node):
     """Group by ``keys`` and reduce with ``aggs``; ``outputs`` and ``having`` are
     expressions over the key names and ``_a0``, ``_a1``, … (the aggregates' answers)."""
@@ -272,6 +315,8 @@ def normalize(node: Node) -> Node:
         return node
     if isinstance(node, Join):
         return Join(normalize(node.left), normalize(node.right), node.on)
+    if isinstance(node, Nearest):
+        return Nearest(normalize(node.left), normalize(node.right), node.distance)
     if isinstance(node, GroupBy):
         return replace(node, child=normalize(node.child), answer_types={})
     assert isinstance(node, Map)

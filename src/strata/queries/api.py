@@ -12,7 +12,7 @@ relation) wraps it as a subquery, which the SQL front end unnests.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
@@ -63,14 +63,23 @@ class Relation:
         ``(left column, right column)`` or a list of pairs."""
         pairs = [(on, on)] if isinstance(on, str) else [on] if isinstance(on[0], str) \
             else list(on)
+        return self._join(other, lambda la, ra: " AND ".join(
+            f"{la}.{a} = {ra}.{b}" for a, b in pairs))
+
+    def join_nearest(self, other: Relation, distance: str) -> Relation:
+        """Join each row with the one row of ``other`` (a small relation, e.g. centroids)
+        that minimizes ``distance``, an expression over both (qualified by table name or
+        alias). Maintained only inside :func:`~strata.queries.iteration.iterate`."""
+        return self._join(other, lambda la, ra: f"NEAREST({distance})")
+
+    def _join(self, other: Relation, condition: Callable[[str, str], str]) -> Relation:
         left = self._wrapped(_fresh("l")) if self._shaped() else self
         la = left.alias or _table_name(left.select)
         if other._shaped() or not other.alias and other.select.args.get("joins"):
             other = other._wrapped(_fresh("r"))
         ra = other.alias or _table_name(other.select)
         item = other.select.args["from_"].this.copy()
-        cond = " AND ".join(f"{la}.{a} = {ra}.{b}" for a, b in pairs)
-        sel = left.select.join(item, on=cond, dialect="spark", copy=True)
+        sel = left.select.join(item, on=condition(la, ra), dialect="spark", copy=True)
         for j in other.select.args.get("joins") or []:
             sel = sel.join(j.copy(), copy=False)
         return replace(left, select=sel, keys={**left.keys, **other.keys},

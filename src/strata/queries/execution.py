@@ -27,15 +27,16 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from sqlglot import exp
 
 from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
 from strata.physical import fs
 from strata.physical.increments import Increment
 from strata.physical.state import StateSnapshot
-from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
-from strata.queries.expressions import MULT, bind, to_sql, widest
-from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan
+from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
+from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
+from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan, scanned
 
 if TYPE_CHECKING:
     from strata.model.dataflow import Stage
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
+MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
 
 
 def ddl_of(schema: StructType) -> str:
@@ -57,6 +59,7 @@ class QueryTables:
         self.spark, self.root, self.n, self.token = spark, root, n, token
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[tuple[str, str, str, list[str], str]] = []
+        self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
         self._sweep()
 
     def _dir(self, name: str) -> str:
@@ -102,6 +105,59 @@ class QueryTables:
         files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
         self.staged.append((name, ddl_of(df.schema), mode, files, ",".join(lineage)))
 
+    # -- deferred writes (the steps of an iteration) -----------------------------------
+    def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:
+        """The rows of keyed table ``name`` (committed, then overridden by rows upserted
+        this epoch) whose ``_g`` is among ``keys``; None if it has neither."""
+        base, over = self.read(name), self.overlay.get(name)
+        if base is None and over is None:
+            return None
+        found = None
+        if base is not None:  # a semi join with the bucketed table shuffles only ``keys``
+            found = base.join(keys, "_g", "left_semi")
+            if over is not None:
+                found = found.join(over.select("_g"), "_g", "left_anti")
+        if over is not None:
+            mine = over.join(keys, "_g", "left_semi").where("_live").drop("_live")
+            found = mine if found is None else found.unionByName(mine)
+        return found
+
+    def upsert(self, name: str, rows: DataFrame, live: Column) -> None:
+        """Override keyed table ``name``'s rows with ``rows`` until :meth:`flush`; rows
+        where ``live`` is false delete their key."""
+        rows = rows.withColumn("_live", live)
+        over = self.overlay.get(name)
+        if over is not None:
+            rows = over.join(rows.select("_g"), "_g", "left_anti").unionByName(rows)
+        self.overlay[name] = rows.localCheckpoint(eager=True)  # cuts the steps' lineage
+
+    def current(self, name: str) -> DataFrame | None:
+        """All rows of keyed table ``name``, with this epoch's upserts."""
+        base, over = self.read(name), self.overlay.get(name)
+        if over is None:
+            return base
+        mine = over.where("_live").drop("_live")
+        if base is None:
+            return mine
+        return base.join(over.select("_g"), "_g", "left_anti").unionByName(mine)
+
+    def flush_overlays(self) -> None:
+        """Merge every upserted table into its committed rows (one full outer join on the
+        lineage, the state side read where it lies) and stage the result."""
+        for name, over in self.overlay.items():
+            base = self.read(name)
+            if base is None:
+                merged = over.where("_live").drop("_live")
+            else:
+                b, o = base.alias("b"), over.alias("o")
+                j = b.join(o, F.col("b._g") == F.col("o._g"), "full_outer")
+                took = F.col("o._g").isNotNull()
+                merged = j.where(~took | F.col("o._live")).select(*[
+                    F.when(took, F.col(f"o.`{c}`")).otherwise(F.col(f"b.`{c}`")).alias(c)
+                    for c in base.columns])
+            self.stage(name, merged, ["_g"], "replace")
+        self.overlay.clear()
+
     def commit_files(self) -> dict[str, dict]:
         """Move staged files into their tables; the tables' new file lists."""
         out = {k: dict(v) for k, v in self.live.items()}
@@ -142,6 +198,13 @@ class QueryProgram:
                 "order_by": [list(o) for o in q.order_by], "limit": q.limit}
 
     # -- one epoch -------------------------------------------------------------------------
+    def evaluate(self, run: _EpochRun) -> DataFrame:
+        """The epoch's output changes; the new table contents are staged in ``run``."""
+        changes = run.changes(self.inc.root)
+        if not isinstance(self.inc.root, GroupBy):
+            run.tables.stage(ANSWER, changes, [], "append")
+        return changes
+
     def run_epoch(self, runner: SparkStageRunner, stage: Stage,
                   inputs: Mapping[str, Increment | Sequence[Increment]], epoch: int,
                   cur: StateSnapshot) -> EpochResult:
@@ -161,9 +224,7 @@ class QueryProgram:
             tables = QueryTables(spark, sd.root, cur.tables, n, token)
             run = _EpochRun(self, spark, tables, inputs)
             try:
-                changes = run.changes(self.inc.root)
-                if not isinstance(self.inc.root, GroupBy):
-                    tables.stage(ANSWER, changes, [], "append")
+                changes = self.evaluate(run)
                 out = changes.select(*_cast_to(self.output_ddl, changes))
                 out.write.mode("overwrite").parquet(out_dir)
             finally:
@@ -217,21 +278,47 @@ def _cast_to(ddl: str, df: DataFrame) -> list[Column]:
 
 
 class _EpochRun:
-    """Evaluates the changes of every operator for one epoch (bottom-up)."""
+    """Evaluates the changes of every operator for one epoch (bottom-up).
+
+    An iteration evaluates its step several times in one epoch. Then the run is
+    *deferred*: a group-by merges only the groups a step touches (a right outer join
+    with the state, the paper's diffusion) into an overlay, join inputs are held back,
+    and :meth:`flush` merges everything into the tables once at the end."""
 
     def __init__(self, program: QueryProgram, spark: SparkSession, tables: QueryTables,
                  inputs: Mapping[str, Increment | Sequence[Increment]]) -> None:
         self.program, self.spark, self.tables, self.inputs = program, spark, tables, inputs
         self._cached: list[DataFrame] = []
+        self.frames: dict[str, DataFrame] = {}  # flow -> its changes, given directly
+        self.whole: dict[str, str] = {}  # flow -> the keyed table holding all its rows
+        self.deferred = False
+        self.only: str | None = None  # when set: subtrees not reading this flow are quiet
+        self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
+        self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
 
     def release(self) -> None:
         for df in self._cached:
             df.unpersist()
 
+    def flush(self) -> None:
+        """Write what a deferred run held back: join inputs, then merged group states."""
+        self.deferred = False
+        for name, frames in self._held.items():
+            delta = frames[0]
+            for f in frames[1:]:
+                delta = delta.unionByName(f)
+            self._append(name, delta, self.tables.read(name))
+        self._held.clear()
+        self.tables.flush_overlays()
+
     def changes(self, node: Node) -> DataFrame:
         """The rows ``node``'s result gains (``_mult`` > 0) and loses (< 0) this epoch."""
+        if self.only is not None and self.only not in scanned(node):
+            return self._empty(node)
         if isinstance(node, Scan):
             return self._scan(node)
+        if isinstance(node, Nearest):
+            return self._nearest(node, self.changes(node.left))
         if isinstance(node, Map):
             d = self.changes(node.child)
             if node.where is not None:
@@ -246,7 +333,15 @@ class _EpochRun:
             return self._group(self.program.inc.groups[id(node)], self.changes(node.child))
         raise StrataError(f"cannot run query operator {type(node).__name__}")
 
+    def _empty(self, node: Node) -> DataFrame:
+        ddl = ", ".join([*(f"`{c}` {t}" for c, t in node.columns.items()), f"{MULT} bigint"])
+        return self.spark.createDataFrame([], ddl)
+
     def _scan(self, node: Scan) -> DataFrame:
+        if node.flow in self.frames:
+            df = self.frames[node.flow]
+            return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                             MULT)
         incs = self.inputs.get(node.flow, ())
         files = [f for inc in ([incs] if isinstance(incs, Increment) else incs)
                  for f in inc.files]
@@ -258,6 +353,11 @@ class _EpochRun:
                          mult.alias(MULT))
 
     def _materialize(self, df: DataFrame) -> DataFrame:
+        """``df``, computed once when first used. In a deferred run its plan is also cut:
+        the steps of an iteration would otherwise build ever deeper plans on each other."""
+        if self.deferred:
+            self._cached.append(df)  # keeps alive the plan whose metrics its tasks update
+            return df.localCheckpoint(eager=False)
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(df)
         return df
@@ -291,6 +391,10 @@ class _EpochRun:
             parts.append(pair(dl, right))
         if left is not None:
             parts.append(pair(left, dr))
+        # rows held back by earlier steps of this epoch (joined apart, so that the
+        # bucketed tables above are still read where they lie)
+        parts += [pair(dl, r) for r in self._held.get(f"{plan.name}_right", [])]
+        parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
@@ -302,6 +406,9 @@ class _EpochRun:
     def _append(self, name: str, delta: DataFrame, old: DataFrame | None) -> None:
         """Append a join input's increment to its table; when the table has many files,
         first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
+        if self.deferred:
+            self._held.setdefault(name, []).append(self._materialize(delta))
+            return
         files = len(self.tables.live.get(name, {}).get("files", []))
         if old is not None and files >= COMPACT_FILES_PER_BUCKET * self.tables.n:
             # grouping the bucketed table by all its columns (_j among them) needs no
@@ -311,6 +418,45 @@ class _EpochRun:
                       .select(*old.columns))
             self.tables.stage(name, netted, ["_j"], "replace")
         self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
+
+    # -- nearest join ----------------------------------------------------------------------
+    def _nearest(self, node: Nearest, d: DataFrame) -> DataFrame:
+        """This epoch's rows assigned to the nearest current center. A later step of the
+        epoch re-assigns them: it retracts the previous assignment and inserts the new."""
+        rows, before = self._assigned.get(id(node), (None, None))
+        if rows is None:  # the first step: the epoch's new rows
+            rows = self._materialize(d)
+        assert isinstance(node.right, Scan)
+        centers = self.tables.current(self.whole[node.right.flow])
+        cols = list(node.right.schema)
+        got = centers.select(*cols).limit(MAX_CENTERS + 1).collect() if centers else []
+        if len(got) > MAX_CENTERS:
+            raise StrataError(f"a nearest join compares each row with every center; "
+                              f"{node.right.flow} has more than {MAX_CENTERS}")
+        if not got:
+            now = self._empty(node)
+        else:
+            prefixed = [node.right.prefix + c for c in cols]
+            dists = []
+            for i, r in enumerate(got):
+                lits = {p: exp.cast(exp.Literal.string(repr(r[c])) if r[c] is not None
+                                    else exp.Null(), node.right.columns[p])
+                        for p, c in zip(prefixed, cols, strict=True)}
+                dist = F.expr(to_sql(substitute(node.distance, lits)))
+                dists.append(F.struct(F.coalesce(dist.cast("double"), F.lit(float("inf"))),
+                                      F.lit(i)))
+            pick = (F.least(*dists) if len(dists) > 1 else dists[0]).getField("col2")
+            table = self.spark.createDataFrame(
+                [(i, *[r[c] for c in cols]) for i, r in enumerate(got)],
+                ", ".join(["`_i` int", *(f"`{p}` {node.right.columns[p]}"
+                                          for p in prefixed)]))
+            now = (rows.withColumn("_i", pick).join(F.broadcast(table), "_i")
+                   .select(*node.columns, MULT))
+        now = self._materialize(now)
+        self._assigned[id(node)] = (rows, now)
+        if before is None:
+            return now
+        return now.unionByName(before.withColumn(MULT, -F.col(MULT)))
 
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
@@ -329,13 +475,17 @@ class _EpochRun:
                                     .alias(p.name)))
             h = h.join(v, "_g", "left")
         outputs = [n for n, _ in node.outputs]
-        state = self.tables.read(plan.name)
+        if self.deferred:  # only the groups this step touches
+            state = self.tables.lookup(plan.name, h.select("_g"))
+        else:
+            state = self.tables.read(plan.name)
         if state is None:  # no state yet: an empty table of the same shape
             empty = h.select("*", *[F.lit(None).cast(_spark_type(node.columns[o])).alias(o)
                                     for o in outputs], F.lit(False).alias("_keep")).limit(0)
             state = empty
         s, dd = state.alias("s"), h.alias("d")
-        j = s.join(dd, F.col("s._g") == F.col("d._g"), "full_outer")
+        j = s.join(dd, F.col("s._g") == F.col("d._g"),
+                   "right_outer" if self.deferred else "full_outer")
         merged = [F.coalesce(F.col("s._g"), F.col("d._g")).alias("_g"),
                   F.col("d._g").isNotNull().alias("_touched"),
                   F.coalesce(F.col("s._keep"), F.lit(False)).alias("_old_keep"),
@@ -354,9 +504,12 @@ class _EpochRun:
         if node.having is not None:
             keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
         m = self._materialize(m.withColumn("_keep", keep))
-        new_state = m.where("_cnt <> 0").select("_g", *[p.name for p in plan.parts],
-                                                  *outputs, "_keep")
-        self.tables.stage(plan.name, new_state, ["_g"], "replace")
+        state_cols = ["_g", *[p.name for p in plan.parts], *outputs, "_keep"]
+        if self.deferred:
+            self.tables.upsert(plan.name, m.select(*state_cols), F.col("_cnt") != 0)
+        else:
+            self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],
+                              "replace")
         same = F.lit(True)
         for o in outputs:
             same = same & F.col(f"`{o}`").eqNullSafe(F.col(f"`_old_{o}`"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, normalize
+from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Query, Scan, normalize
 from strata.queries.errors import NotIncrementalError
 from strata.queries.expressions import bind, to_sql
 from strata.queries.monoids import COUNT_PART, Monoid, Part, monoid
@@ -62,14 +62,7 @@ class IncrementalQuery:
     @property
     def input_flows(self) -> list[str]:
         """The flows the query scans."""
-        found: set[str] = set()
-        todo = [self.root]
-        while todo:
-            n = todo.pop()
-            if isinstance(n, Scan):
-                found.add(n.flow)
-            todo += n.children
-        return sorted(found)
+        return sorted(scanned(self.root))
 
     def explain(self) -> str:
         """``h``, ``⊗`` and ``a`` of every stateful operator, as readable text."""
@@ -100,6 +93,10 @@ class IncrementalQuery:
             if node.having is not None:
                 lines.append(f"{pad}  a  keep groups where {to_sql(node.having)}")
             lines.append(f"{pad}  groups whose _cnt reaches 0 leave the state")
+        elif isinstance(node, Nearest):
+            lines.append(f"{pad}  no state: each new row of the left side is assigned the "
+                         "nearest row of the iterate in every step; older rows keep their "
+                         "assignment (the diffusion approximation)")
         elif isinstance(node, Join):
             plan = self.joins[id(node)]
             lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
@@ -110,8 +107,16 @@ class IncrementalQuery:
             self._explain(c, depth + 1, lines)
 
 
-def derive(query: Query) -> IncrementalQuery:
-    """The incremental program of ``query`` (normalized first).
+def scanned(node: Node) -> set[str]:
+    """The flows ``node`` reads."""
+    if isinstance(node, Scan):
+        return {node.flow}
+    return set().union(*(scanned(c) for c in node.children))
+
+
+def derive(query: Query, iterate: str | None = None) -> IncrementalQuery:
+    """The incremental program of ``query`` (normalized first); ``iterate`` names the
+    iterate when ``query`` is the step of an iteration.
 
     Raises :class:`NotIncrementalError` naming the operator that blocks it."""
     root = normalize(query.root)
@@ -130,11 +135,20 @@ def derive(query: Query) -> IncrementalQuery:
                     "declare the key of the side that is unique per join key (keys= in the "
                     "Python API, --key FLOW=COL in the CLI)")
             out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
+        elif isinstance(node, Nearest):
+            if iterate is None or not isinstance(node.right, Scan) or \
+                    node.right.flow != iterate or iterate in scanned(node.left):
+                raise NotIncrementalError(
+                    "nearest join", "a change to its centers can re-assign every row it "
+                    "has ever seen, so no state keeps it incremental",
+                    "use it in the step of iterate(), joining a flow with the iterate "
+                    "itself: rows keep the center they got in the increment that brought "
+                    "them (the paper's diffusion approximation)")
         elif isinstance(node, GroupBy):
             monoids = [monoid(a, f"_p{i}", node.child.columns, node.child.retracts)
                        for i, a in enumerate(node.aggs)]
             out.groups[id(node)] = GroupPlan(node, f"group{next(counter)}", monoids)
-        elif not isinstance(node, (Map, Scan)):
+        elif not isinstance(node, (Map, Scan, Nearest)):
             raise NotIncrementalError(type(node).__name__, "is not a query operator")
 
     visit(root)

@@ -1,8 +1,10 @@
 """The SQL front end: a ``SELECT`` over strata flows becomes a query of the algebra.
 
 Supported: ``SELECT [DISTINCT] … FROM flow [alias] [JOIN flow ON a.x = b.y [AND …]]…``
-(also ``FROM (SELECT …) alias``), ``WHERE`` (including ``col IN (SELECT …)``, unnested to
-a join with the subquery's distinct values), ``GROUP BY``, ``HAVING``, ``ORDER BY`` and
+(also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``, which
+joins each row with the center that minimizes ``distance``), ``WHERE`` (including
+``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
+``GROUP BY``, ``HAVING``, ``ORDER BY`` and
 ``LIMIT``; aggregates ``count``, ``count(distinct …)``, ``sum``, ``avg``, ``min``,
 ``max``, ``stddev``/``variance`` (sample and population) and user aggregates. Anything
 else is refused with a message that names it.
@@ -16,7 +18,16 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from strata.queries.algebra import GroupBy, Join, Map, Node, Query, Scan, passthrough
+from strata.queries.algebra import (
+    GroupBy,
+    Join,
+    Map,
+    Nearest,
+    Node,
+    Query,
+    Scan,
+    passthrough,
+)
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, and_all, col, conjuncts, is_aggregate
 from strata.queries.monoids import AggCall, UserAggregate
@@ -122,6 +133,12 @@ class _Converter:
             on_expr = j.args.get("on")
             if on_expr is None:
                 raise QueryError(f"JOIN {ralias} needs ON (cross joins are not supported)")
+            if isinstance(on_expr, exp.Anonymous) and on_expr.name.lower() == "nearest":
+                if len(on_expr.expressions) != 1:
+                    raise QueryError(f"JOIN {ralias} ON NEAREST(distance) takes one "
+                                     "expression")
+                node = Nearest(node, right, scope.qualify(on_expr.expressions[0]))
+                continue
             pairs = []
             for c in conjuncts(on_expr):
                 q = scope.qualify(c)

@@ -28,6 +28,7 @@ from strata.queries.api import Relation
 from strata.queries.execution import QueryProgram, output_ddl
 from strata.queries.expressions import MULT
 from strata.queries.incremental import IncrementalQuery, derive
+from strata.queries.iteration import Iteration, IterationProgram, compile_iteration
 from strata.queries.monoids import UserAggregate
 from strata.queries.sql import parse_sql
 
@@ -49,21 +50,29 @@ def compile_query(query: str | Relation | Query, flows: Mapping[str, Mapping[str
     return derive(query)
 
 
-def add_query(df: Dataflow, name: str, query: str | Relation | Query, *,
+def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration, *,
               keys: Mapping[str, Sequence[str]] | None = None,
               aggregates: Mapping[str, UserAggregate] | None = None,
               output: str | None = None) -> Stage:
-    """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change.
+    """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change
+    (an :class:`~strata.queries.iteration.Iteration` keeps its iterate).
 
     ``keys`` declares unique keys of flows (``{"customers": ["id"]}``), which joins need;
     ``aggregates`` names user aggregates the SQL calls. Raises
     :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
     blocking operator) when the query cannot be maintained."""
-    inc = compile_query(query, flow_columns(df), keys, aggregates)
-    scanned = inc.input_flows
     out = output or f"{name}_changes"
-    program = QueryProgram(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
-                           output_ddl(inc.root.columns))
+    program: QueryProgram
+    if isinstance(query, Iteration):
+        init, step = compile_iteration(query, flow_columns(df), keys)
+        scanned = sorted((set(init.input_flows) | set(step.input_flows)) - {query.name})
+        program = IterationProgram(query, init, step,
+                                   {f: to_ddl(df.flows[f].schema) for f in scanned}, out)
+    else:
+        inc = compile_query(query, flow_columns(df), keys, aggregates)
+        scanned = inc.input_flows
+        program = QueryProgram(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
+                               output_ddl(inc.root.columns))
     return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
                     outputs={out: program.output_ddl}, runnable=runnable_any)
 
