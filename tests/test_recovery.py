@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from strata.controller import Controller, ingest
+from strata.controller import Controller
 from strata.physical.increments import read_records
 from strata.physical.runner import SparkStageRunner
-from tests.recovery.pipeline import batches, build_dataflow
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.recovery.harness import crash_run, ingest_all
+from tests.recovery.pipeline import build_dataflow
 
 # Named crash points (strata.faults) and which occurrence to die at: before and after
 # the write-ahead intent, during the Spark job, around the state manifest switch,
@@ -36,27 +30,6 @@ CRASH_POINTS = [
     "gc-after-commit:1", "gc-after-commit:4",
     "framing-before-commit:1", "after-apply:1",
 ]
-
-
-def _ingest_all(home: Path) -> None:
-    Controller(home, build_dataflow()).close()  # registers the dataflow in the home
-    for flow, records, end in batches():
-        ingest(str(home), flow, records, end_frame=end)
-
-
-def _worker(home: Path, crash: str | None = None, kill_after: float | None = None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("STRATA_CRASH_AT", None)
-    if crash:
-        env["STRATA_CRASH_AT"] = crash
-    cmd = [sys.executable, "-m", "tests.recovery.worker", str(home)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        time.sleep(kill_after)
-        proc.send_signal(signal.SIGKILL)
-    _, err = proc.communicate(timeout=600)
-    return proc.returncode, err
 
 
 def _results(home: Path, spark) -> dict:
@@ -81,7 +54,7 @@ def _results(home: Path, spark) -> dict:
 @pytest.fixture(scope="module")
 def expected(spark, tmp_path_factory):
     home = tmp_path_factory.mktemp("uninterrupted")
-    _ingest_all(home)
+    ingest_all(home)
     with Controller(home, build_dataflow(), spark=spark, num_partitions=2) as c:
         c.run()
     res = _results(home, spark)
@@ -90,20 +63,11 @@ def expected(spark, tmp_path_factory):
     return res
 
 
-def _crash(home: Path, crash: str | None, kill_after: float | None) -> bool:
-    """Ingest everything, then run a controller process that is killed with SIGKILL."""
-    _ingest_all(home)
-    rc, err = _worker(home, crash=crash, kill_after=kill_after)
-    crashed = rc == -signal.SIGKILL
-    assert crashed or (kill_after is not None and rc == 0), f"{crash}: rc={rc}\n{err[-2000:]}"
-    return crashed
-
-
 def test_kill_9_anywhere_then_resume_gives_the_uninterrupted_result(spark, tmp_path, expected):
     cases = [(p, None) for p in CRASH_POINTS] + [(None, t) for t in (10.0, 14.0)]
     with ThreadPoolExecutor(max_workers=2) as pool:  # the crashing processes, two at a time
-        crashed = list(pool.map(
-            lambda i_case: _crash(tmp_path / f"case{i_case[0]}", *i_case[1]), enumerate(cases)))
+        crashed = list(pool.map(lambda i_case: crash_run(tmp_path / f"case{i_case[0]}",
+                                                         *i_case[1]), enumerate(cases)))
     assert all(crashed[: len(CRASH_POINTS)])  # every named point was reached and killed
     for i, (point, delay) in enumerate(cases):
         home = tmp_path / f"case{i}"

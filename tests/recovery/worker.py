@@ -1,12 +1,22 @@
-"""Run the recovery dataflow until idle in a fresh process: ``python worker.py HOME``."""
+"""Run a recovery pipeline until idle in a fresh process:
+``python -m tests.recovery.worker HOME [PIPELINE_MODULE]`` (default: tests.recovery.pipeline).
 
+Spark starts when the controller first needs it (a recovery or a first epoch), so a
+process killed before its first job (``after-intent:1``) costs no Spark start."""
+
+import importlib
 import sys
 
+import strata
 from strata.controller import Controller
-from strata.physical.session import get_spark
-from tests.recovery.pipeline import build_dataflow
 
 if __name__ == "__main__":
-    spark = get_spark("local[2]", app_name="strata-recovery", spark_ui_enabled="false")
-    with Controller(sys.argv[1], build_dataflow(), spark=spark, num_partitions=2) as c:
-        c.run()
+    print(f"strata from {strata.__file__}", flush=True)  # checked by tests.recovery.harness
+    pipeline = importlib.import_module(sys.argv[2] if len(sys.argv) > 2
+                                       else "tests.recovery.pipeline")
+    if hasattr(pipeline, "setup"):
+        pipeline.setup()
+    with Controller(sys.argv[1], pipeline.build_dataflow(), master="local[2]",
+                    num_partitions=2) as c:
+        c.run(on_epoch=lambda r: print(  # what ran, for the test's messages
+            f"epoch {r.stage} {r.epoch}{' (recovered)' if r.recovered else ''}", flush=True))

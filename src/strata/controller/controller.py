@@ -453,6 +453,10 @@ class Controller:
                                   "the dataflow no longer has; run the dataflow that wrote it")
             committed = self.runner.committed(unit.stage)
             if committed.epoch == epoch:
+                # a crash right after the manifest switch skipped the state's gc: files of
+                # the previous epoch (a query's replaced tables, its staging) would stay
+                # until the stage's next epoch, or for good if it never runs again
+                self.runner.state_dir(unit.stage).gc(committed)
                 self._apply(seq, unit, epoch, intent, committed.outputs)
                 report = EpochReport(name, epoch, intent["records_in"],
                                      {f: i.records for f, i in committed.outputs.items()},
