@@ -439,7 +439,7 @@ class _EpochRun:
             prefixed = [node.right.prefix + c for c in cols]
             dists = []
             for i, r in enumerate(got):
-                lits = {p: exp.cast(exp.Literal.string(repr(r[c])) if r[c] is not None
+                lits = {p: exp.cast(exp.Literal.string(str(r[c])) if r[c] is not None
                                     else exp.Null(), node.right.columns[p])
                         for p, c in zip(prefixed, cols, strict=True)}
                 dist = F.expr(to_sql(substitute(node.distance, lits)))
