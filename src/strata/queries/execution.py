@@ -42,7 +42,19 @@ if TYPE_CHECKING:
     from strata.physical.runner import EpochResult, SparkStageRunner
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
+BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
+OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+
+
+def _registered(spark: SparkSession) -> set[str]:
+    """The strata tables this Spark application's catalog already has (registering one is
+    a catalog round trip per epoch otherwise; a catalog is shared by the sessions of one
+    application)."""
+    return _REGISTERED.setdefault(spark.sparkContext.applicationId, set())
+
+
+_REGISTERED: dict[str, set[str]] = {}
 
 
 def ddl_of(schema: StructType) -> str:
@@ -80,27 +92,53 @@ class QueryTables:
             return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
         ident = "strata_" + hashlib.sha1(
             f"{self._dir(name)}|{t['ddl']}|{self.n}".encode()).hexdigest()[:20]
-        if not self.spark.catalog.tableExists(ident):
+        registered = _registered(self.spark)
+        if ident not in registered:
             cols = ", ".join(f"`{c}`" for c in t["lineage"])
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({t['ddl']}) USING parquet "
                            f"CLUSTERED BY ({cols}) INTO {self.n} BUCKETS "
                            f"LOCATION '{self._dir(name)}'")
-        self.spark.catalog.refreshTable(ident)
+            registered.add(ident)
+        self.spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
         return self.spark.table(ident)
 
     def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
         """Write ``df`` for table ``name`` into staging: ``mode`` is ``append`` (added to the
         table's files) or ``replace`` (becomes the table)."""
         path = fs.join(self.root, "staging", self.token, f"{name}-{len(self.staged)}")
-        writer = df.write.mode("overwrite")
         if lineage:
-            tmp = f"strata_staging_{self.token}_{name}_{len(self.staged)}"
-            writer.bucketBy(self.n, *lineage).option("path", path).saveAsTable(tmp)
-            self.spark.sql(f"DROP TABLE IF EXISTS {tmp}")
+            files = self._write_bucketed(df, lineage, path)
         else:
-            writer.parquet(path)
-        files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
+            df.write.mode("overwrite").parquet(path)
+            files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
         self.staged.append((name, ddl_of(df.schema), mode, files, ",".join(lineage)))
+
+    def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
+        """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
+
+        A row's bucket is Spark's own (``pmod(murmur3(lineage), n)``, the expression behind
+        ``bucketBy``), written as a partition column: each bucket's files land in their
+        own directory and are renamed with the bucket number as ``bucketBy`` names them
+        (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan assigns files
+        to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
+        needs no catalog table per write. The rows stay in the partitions they were
+        computed in (no shuffle), in at most one task per core."""
+        bucket = F.pmod(F.hash(*[F.col(f"`{c}`") for c in lineage]), F.lit(self.n))
+        tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
+        (df.withColumn(BUCKET, bucket).coalesce(tasks)
+         .write.mode("overwrite").partitionBy(BUCKET).parquet(path))
+        files = []
+        for d in fs.list_dir(path):
+            if not d.startswith(f"{BUCKET}="):
+                continue
+            b = int(d.split("=", 1)[1])
+            for f in fs.list_dir(fs.join(path, d)):
+                if f.startswith("part-"):
+                    stem, ext = f.split(".", 1)
+                    dst = fs.join(path, f"{stem}_{b:05d}.{ext}")
+                    fs.move(fs.join(path, d, f), dst)
+                    files.append(dst)
+        return sorted(files)
 
     def commit_files(self) -> dict[str, dict]:
         """Move staged files into their tables; the tables' new file lists."""
@@ -165,7 +203,7 @@ class QueryProgram:
                 if not isinstance(self.inc.root, GroupBy):
                     tables.stage(ANSWER, changes, [], "append")
                 out = changes.select(*_cast_to(self.output_ddl, changes))
-                out.write.mode("overwrite").parquet(out_dir)
+                out.coalesce(_output_tasks(inputs, n)).write.mode("overwrite").parquet(out_dir)
             finally:
                 run.release()
         except StrataError:
@@ -199,6 +237,16 @@ class QueryProgram:
     def _discard(out_dir: str, root: str) -> None:
         fs.delete_quietly(out_dir)
         fs.delete_quietly(fs.join(root, "staging"))
+
+
+def _output_tasks(inputs: Mapping[str, Increment | Sequence[Increment]], n: int) -> int:
+    """How many tasks write an epoch's changes: one per ``OUTPUT_ROWS_PER_TASK`` input
+    records (the changes of a group-by are at most twice its input's groups), at most
+    ``n``. An epoch's changes are usually small, and a write costs about the same per
+    task and file whatever their size."""
+    records = sum(inc.records for incs in inputs.values()
+                  for inc in ([incs] if isinstance(incs, Increment) else incs))
+    return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
 
 
 def spark_error_summary(e: Exception) -> str | None:
