@@ -16,14 +16,17 @@ before the next epoch reads anything (and by the stage's garbage collection).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
+from pyspark import StorageLevel, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -45,6 +48,7 @@ ANSWER = "answer"  # the table holding a query's answer when its root is not a g
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
 OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
 def _registered(spark: SparkSession) -> set[str]:
@@ -61,6 +65,19 @@ def ddl_of(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
 
+@dataclass
+class _Staged:
+    """A table write of the epoch: ``df`` until written, then the ``files`` in staging."""
+
+    name: str
+    ddl: str
+    mode: str  # "append" or "replace"
+    lineage: list[str]
+    path: str
+    df: DataFrame | None
+    files: list[str] = field(default_factory=list)
+
+
 class QueryTables:
     """The state tables of one query stage in one epoch."""
 
@@ -68,7 +85,7 @@ class QueryTables:
                  token: str) -> None:
         self.spark, self.root, self.n, self.token = spark, root, n, token
         self.live = {k: dict(v) for k, v in live.items()}
-        self.staged: list[tuple[str, str, str, list[str], str]] = []
+        self.staged: list[_Staged] = []
         self._sweep()
 
     def _dir(self, name: str) -> str:
@@ -103,15 +120,23 @@ class QueryTables:
         return self.spark.table(ident)
 
     def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
-        """Write ``df`` for table ``name`` into staging: ``mode`` is ``append`` (added to the
-        table's files) or ``replace`` (becomes the table)."""
+        """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
+        files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
+        the epoch's staged writes, which run together with the epoch's output write."""
         path = fs.join(self.root, "staging", self.token, f"{name}-{len(self.staged)}")
-        if lineage:
-            files = self._write_bucketed(df, lineage, path)
+        self.staged.append(_Staged(name, ddl_of(df.schema), mode, list(lineage), path, df))
+
+    def writes(self) -> list[Callable[[], None]]:
+        """One function per staged table write; each writes its files into staging."""
+        return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
+
+    def _write(self, s: _Staged) -> None:
+        if s.lineage:
+            s.files = self._write_bucketed(s.df, s.lineage, s.path)
         else:
-            write_parquet(df, path)
-            files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
-        self.staged.append((name, ddl_of(df.schema), mode, files, ",".join(lineage)))
+            write_parquet(s.df, s.path)
+            s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
+        s.df = None
 
     def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
         """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
@@ -142,15 +167,16 @@ class QueryTables:
     def commit_files(self) -> dict[str, dict]:
         """Move staged files into their tables; the tables' new file lists."""
         out = {k: dict(v) for k, v in self.live.items()}
-        for name, ddl, mode, files, lineage in self.staged:
+        for s in self.staged:
+            if s.df is not None:
+                raise StrataError(f"table {s.name!r} was staged but never written")
             moved = []
-            for f in files:
-                dst = fs.join(self._dir(name), f.rsplit("/", 1)[1])
+            for f in s.files:
+                dst = fs.join(self._dir(s.name), f.rsplit("/", 1)[1])
                 fs.move(f, dst)
                 moved.append(dst)
-            old = out.get(name, {}).get("files", []) if mode == "append" else []
-            out[name] = {"files": old + moved, "ddl": ddl,
-                         "lineage": lineage.split(",") if lineage else []}
+            old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
+            out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}
         return out
 
 
@@ -202,7 +228,8 @@ class QueryProgram:
                 if not isinstance(self.inc.root, GroupBy):
                     tables.stage(ANSWER, changes, [], "append")
                 out = changes.select(*_cast_to(self.output_ddl, changes))
-                write_parquet(out.coalesce(_output_tasks(inputs, n)), out_dir)
+                out = out.coalesce(_output_tasks(inputs, n))
+                run_all(spark, [*tables.writes(), functools.partial(write_parquet, out, out_dir)])
             finally:
                 run.release()
         except StrataError:
@@ -236,6 +263,28 @@ class QueryProgram:
     def _discard(out_dir: str, root: str) -> None:
         fs.delete_quietly(out_dir)
         fs.delete_quietly(fs.join(root, "staging"))
+
+
+def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
+    """Run an epoch's writes as concurrent Spark jobs (one thread each, up to
+    ``WRITE_THREADS``), so that one job's planning, file commits and scheduling overlap
+    another's tasks; they read the same cached DataFrames. Waits for all of them, then
+    raises the first error (in the order given)."""
+    if WRITE_THREADS <= 1 or len(writes) <= 1:
+        for w in writes:
+            w()
+        return
+    global _POOL
+    if _POOL is None:  # threads kept between epochs: each has its own JVM connection
+        _POOL = ThreadPoolExecutor(WRITE_THREADS, "strata-write")
+    # each write inherits the caller's job group and description (Spark's local properties)
+    futures = [_POOL.submit(inheritable_thread_target(spark)(w)) for w in writes]
+    wait(futures)
+    for f in futures:
+        f.result()
+
+
+_POOL: ThreadPoolExecutor | None = None
 
 
 def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) -> None:
