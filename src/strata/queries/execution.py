@@ -20,14 +20,15 @@ import functools
 import hashlib
 import re
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
-from pyspark import StorageLevel, inheritable_thread_target
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark import SparkContext, StorageLevel, inheritable_thread_target
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -54,11 +55,11 @@ WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at
 def _registered(spark: SparkSession) -> set[str]:
     """The strata tables this Spark application's catalog already has (registering one is
     a catalog round trip per epoch otherwise; a catalog is shared by the sessions of one
-    application)."""
-    return _REGISTERED.setdefault(spark.sparkContext.applicationId, set())
+    application, that is of one SparkContext)."""
+    return _REGISTERED.setdefault(spark.sparkContext, set())
 
 
-_REGISTERED: dict[str, set[str]] = {}
+_REGISTERED: weakref.WeakKeyDictionary[SparkContext, set[str]] = weakref.WeakKeyDictionary()
 
 
 def ddl_of(schema: StructType) -> str:
@@ -148,7 +149,8 @@ class QueryTables:
         to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
         needs no catalog table per write. The rows stay in the partitions they were
         computed in (no shuffle), in at most one task per core."""
-        bucket = F.pmod(F.hash(*[F.col(f"`{c}`") for c in lineage]), F.lit(self.n))
+        cols = ", ".join(f"`{c}`" for c in lineage)
+        bucket = F.expr(f"pmod(hash({cols}), {self.n})")
         tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
         write_parquet(df.withColumn(BUCKET, bucket).coalesce(tasks), path, [BUCKET])
         files = []
@@ -189,6 +191,7 @@ class QueryProgram:
         self.flow_ddl = dict(flow_ddl)  # input flow -> its DDL (with _mult if it has one)
         self.output = output
         self.output_ddl = output_ddl
+        self._casts: list[str] | None = None
 
     def answer_spec(self) -> dict:
         """What reading the answer needs, kept in each epoch's manifest so that the answer
@@ -227,7 +230,7 @@ class QueryProgram:
                 changes = run.changes(self.inc.root)
                 if not isinstance(self.inc.root, GroupBy):
                     tables.stage(ANSWER, changes, [], "append")
-                out = changes.select(*_cast_to(self.output_ddl, changes))
+                out = changes.selectExpr(*self._output_casts())
                 out = out.coalesce(_output_tasks(inputs, n))
                 run_all(spark, [*tables.writes(), functools.partial(write_parquet, out, out_dir)])
             finally:
@@ -259,6 +262,13 @@ class QueryProgram:
         sd.gc(snap)
         return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
 
+    def _output_casts(self) -> list[str]:
+        """SQL casting the changes' columns to the declared output schema, in its order."""
+        if self._casts is None:
+            self._casts = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`"
+                           for f in _spark_type(self.output_ddl).fields]
+        return self._casts
+
     @staticmethod
     def _discard(out_dir: str, root: str) -> None:
         fs.delete_quietly(out_dir)
@@ -278,7 +288,8 @@ def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
     if _POOL is None:  # threads kept between epochs: each has its own JVM connection
         _POOL = ThreadPoolExecutor(WRITE_THREADS, "strata-write")
     # each write inherits the caller's job group and description (Spark's local properties)
-    futures = [_POOL.submit(inheritable_thread_target(spark)(w)) for w in writes]
+    inherit = inheritable_thread_target(spark)
+    futures = [_POOL.submit(inherit(w)) for w in writes]
     wait(futures)
     for f in futures:
         f.result()
@@ -324,11 +335,6 @@ def spark_error_summary(e: Exception) -> str | None:
         if m:
             return f"[{m.group(1)}] {m.group(2).strip()}"[:500]
     return None
-
-
-def _cast_to(ddl: str, df: DataFrame) -> list[Column]:
-    """Columns of ``df`` cast to the declared output schema, in its order."""
-    return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in _spark_type(ddl).fields]
 
 
 class _EpochRun:
