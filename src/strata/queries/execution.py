@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
@@ -34,8 +35,9 @@ from pyspark.sql.types import StructType
 
 from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
+from strata.model.schema import parse_ddl
 from strata.physical import fs
-from strata.physical.increments import Increment
+from strata.physical.increments import Increment, write_table
 from strata.physical.state import StateSnapshot
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
 from strata.queries.expressions import MULT, bind, to_sql, widest
@@ -49,6 +51,7 @@ ANSWER = "answer"  # the table holding a query's answer when its root is not a g
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
 OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+DRIVER_OUTPUT_ROWS = 100_000  # an epoch's changes up to this many rows: written by the driver
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
@@ -192,6 +195,7 @@ class QueryProgram:
         self.output = output
         self.output_ddl = output_ddl
         self._casts: list[str] | None = None
+        self._schema: pa.Schema | None = None
 
     def answer_spec(self) -> dict:
         """What reading the answer needs, kept in each epoch's manifest so that the answer
@@ -231,8 +235,9 @@ class QueryProgram:
                 if not isinstance(self.inc.root, GroupBy):
                     tables.stage(ANSWER, changes, [], "append")
                 out = changes.selectExpr(*self._output_casts())
-                out = out.coalesce(_output_tasks(inputs, n))
-                run_all(spark, [*tables.writes(), functools.partial(write_parquet, out, out_dir)])
+                write_out = functools.partial(self._write_output, out, out_dir,
+                                              _output_tasks(inputs, n))
+                run_all(spark, [*tables.writes(), write_out])
             finally:
                 run.release()
         except StrataError:
@@ -261,6 +266,28 @@ class QueryProgram:
         crashpoint("after-manifest")
         sd.gc(snap)
         return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
+
+    def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
+        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_OUTPUT_ROWS`` rows (an
+        increment's changes usually are) come to the driver as Arrow and are written as one
+        file the way ingested increments are, which costs a fraction of a Spark write job
+        (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
+        ``tasks`` tasks."""
+        table = out.coalesce(1).limit(DRIVER_OUTPUT_ROWS + 1).toArrow()
+        if table.num_rows <= DRIVER_OUTPUT_ROWS:
+            try:
+                table = table.cast(self._output_schema())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # a type Arrow does not cast to the declared one: Spark writes it
+            else:
+                write_table(fs.join(out_dir, "part-00000.parquet"), table)
+                return
+        write_parquet(out.coalesce(tasks), out_dir)
+
+    def _output_schema(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = parse_ddl(self.output_ddl)
+        return self._schema
 
     def _output_casts(self) -> list[str]:
         """SQL casting the changes' columns to the declared output schema, in its order."""
