@@ -458,7 +458,7 @@ class _EpochRun:
             netted = (old.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
                       .select(*old.columns))
             self.tables.stage(name, netted, ["_j"], "replace")
-        self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
+        self.tables.stage(name, delta, ["_j"], "append")  # bucketed where it is: no shuffle
 
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
