@@ -51,6 +51,14 @@ ANSWER = "answer"  # the table holding a query's answer when its root is not a g
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
 OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+# Session confs while a query epoch runs (besides its shuffle partitions). Spark plans a
+# cached DataFrame (each epoch caches two or three) without automatic bucketed-scan removal
+# and, unless cached plans may change their output partitioning, without AQE's final-stage
+# shuffle optimisations: it clones the whole session to switch off any of these that is on.
+# Off for the epoch, the session is used as it is. The plans stay the same: AQE is off in
+# strata, and an epoch scans its tables in cached plans or in a grouping that needs buckets.
+EPOCH_CONF = {"spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+              "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false"}
 DRIVER_OUTPUT_ROWS = 100_000  # an epoch's changes up to this many rows: written by the driver
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
@@ -221,8 +229,7 @@ class QueryProgram:
         sd = runner.state_dir(stage)
         n = cur.num_partitions or runner.num_partitions
         token = uuid.uuid4().hex[:10]
-        previous = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+        previous = _set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
         sc = spark.sparkContext
         sc.setJobDescription(f"strata query {stage.name} epoch {epoch}")
         out_dir = fs.join(runner.flows_root, self.output,
@@ -249,7 +256,7 @@ class QueryProgram:
                              epoch=epoch, cause=spark_error_summary(e) or _spark_cause(e)
                              ) from e
         finally:
-            spark.conf.set("spark.sql.shuffle.partitions", previous)
+            _set_confs(spark, previous)
             sc.setJobDescription(None)
         files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
                  if f.startswith("part-")]
@@ -342,6 +349,14 @@ def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) ->
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(path)
+
+
+def _set_confs(spark: SparkSession, confs: Mapping[str, str]) -> dict[str, str]:
+    """Set session confs; their previous values (for setting them back)."""
+    previous = {k: spark.conf.get(k) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    return previous
 
 
 def _output_tasks(inputs: Mapping[str, Increment | Sequence[Increment]], n: int) -> int:
