@@ -62,7 +62,7 @@ def _run(spark, home: Path) -> tuple[list, list, list]:
 
 def test_the_same_changes_and_state_however_written(spark, tmp_path, monkeypatch):
     driver_concurrent = _run(spark, tmp_path / "a")
-    monkeypatch.setattr(execution, "DRIVER_OUTPUT_ROWS", 0)  # every epoch's changes by Spark
+    monkeypatch.setattr(execution, "DRIVER_ROWS", 0)  # all written by Spark
     monkeypatch.setattr(execution, "WRITE_THREADS", 1)  # one write after another
     spark_sequential = _run(spark, tmp_path / "b")
     assert driver_concurrent == spark_sequential

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import SparkContext, StorageLevel, inheritable_thread_target
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -59,7 +60,8 @@ OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's ch
 # strata, and an epoch scans its tables in cached plans or in a grouping that needs buckets.
 EPOCH_CONF = {"spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
               "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false"}
-DRIVER_OUTPUT_ROWS = 100_000  # an epoch's changes up to this many rows: written by the driver
+DRIVER_ROWS = 100_000  # an epoch's changes or appended increment up to this many rows:
+# written by the driver
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
@@ -143,12 +145,38 @@ class QueryTables:
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
     def _write(self, s: _Staged) -> None:
-        if s.lineage:
+        if s.lineage and s.mode == "append":
+            s.files = self._write_small_bucketed(s.df, s.lineage, s.path)
+            if s.files is None:
+                s.files = self._write_bucketed(s.df, s.lineage, s.path)
+        elif s.lineage:
             s.files = self._write_bucketed(s.df, s.lineage, s.path)
         else:
             write_parquet(s.df, s.path)
             s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
         s.df = None
+
+    def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
+                              path: str) -> list[str] | None:
+        """Like :meth:`_write_bucketed` for up to ``DRIVER_ROWS`` rows (an increment
+        appended to a join input usually is): the rows, with their bucket, come to the
+        driver as Arrow and each bucket is written as one file; None if there are more."""
+        table = (df.withColumn(BUCKET, self._bucket(lineage)).coalesce(1)
+                 .limit(DRIVER_ROWS + 1).toArrow())
+        if table.num_rows > DRIVER_ROWS:
+            return None
+        bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
+        files = []
+        for b in sorted(pc.unique(bucket).to_pylist()):
+            uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
+            write_table(uri, table.filter(pc.equal(bucket, b)))
+            files.append(uri)
+        return files
+
+    def _bucket(self, lineage: Sequence[str]) -> Column:
+        """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
+        cols = ", ".join(f"`{c}`" for c in lineage)
+        return F.expr(f"pmod(hash({cols}), {self.n})")
 
     def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
         """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
@@ -160,10 +188,9 @@ class QueryTables:
         to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
         needs no catalog table per write. The rows stay in the partitions they were
         computed in (no shuffle), in at most one task per core."""
-        cols = ", ".join(f"`{c}`" for c in lineage)
-        bucket = F.expr(f"pmod(hash({cols}), {self.n})")
         tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
-        write_parquet(df.withColumn(BUCKET, bucket).coalesce(tasks), path, [BUCKET])
+        write_parquet(df.withColumn(BUCKET, self._bucket(lineage)).coalesce(tasks), path,
+                      [BUCKET])
         files = []
         for d in fs.list_dir(path):
             if not d.startswith(f"{BUCKET}="):
@@ -275,13 +302,13 @@ class QueryProgram:
         return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
 
     def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
-        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_OUTPUT_ROWS`` rows (an
+        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
         increment's changes usually are) come to the driver as Arrow and are written as one
         file the way ingested increments are, which costs a fraction of a Spark write job
         (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
         ``tasks`` tasks."""
-        table = out.coalesce(1).limit(DRIVER_OUTPUT_ROWS + 1).toArrow()
-        if table.num_rows <= DRIVER_OUTPUT_ROWS:
+        table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+        if table.num_rows <= DRIVER_ROWS:
             try:
                 table = table.cast(self._output_schema())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
