@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from strata import Dataflow
 from strata.controller.controller import Controller
@@ -26,17 +27,18 @@ def _bucket_of_rows(files: list[str]) -> dict[int, int]:
     return out
 
 
-def test_table_files_are_in_sparks_own_buckets(spark, tmp_path):
+@pytest.mark.parametrize("mode", ["replace", "append"])  # written by Spark; by the driver
+def test_table_files_are_in_sparks_own_buckets(spark, tmp_path, mode):
     n = 4
     df = spark.range(2000).selectExpr(
         "named_struct('k', id % 97, 's', cast(id % 13 AS string)) AS _g", "id AS v")
     df.write.bucketBy(n, "_g").option("path", str(tmp_path / "ref")).saveAsTable(
-        "strata_test_bucket_reference")
-    spark.sql("DROP TABLE strata_test_bucket_reference")
+        f"strata_test_bucket_reference_{mode}")
+    spark.sql(f"DROP TABLE strata_test_bucket_reference_{mode}")
     reference = _bucket_of_rows([str(p) for p in (tmp_path / "ref").glob("part-*")])
 
     tables = QueryTables(spark, str(tmp_path / "state"), {}, n, "token")
-    tables.stage("t", df.repartition(3), ["_g"], "replace")  # rows not yet in bucket order
+    tables.stage("t", df.repartition(3), ["_g"], mode)  # rows not yet in bucket order
     for write in tables.writes():
         write()
     files = tables.commit_files()["t"]["files"]
