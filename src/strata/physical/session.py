@@ -20,6 +20,9 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
     ``yarn``, ``k8s://…``) to run the same dataflow on a cluster. Adaptive query
     execution is switched off because strata relies on a shuffle's output partition
     ``i`` being read by task ``i`` (the state of partition ``i`` lives beside it).
+    PySpark's DataFrame debugging context is off: it costs several JVM round trips for
+    every column function a query plan is built from, and strata names the failing stage
+    and epoch in its own errors.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -38,6 +41,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.ui.enabled", "true")
         .config("spark.ui.port", "0")
         .config("spark.driver.memory", os.environ.get("STRATA_DRIVER_MEMORY", "4g"))

@@ -16,14 +16,20 @@ before the next epoch reads anything (and by the stage's garbage collection).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
+from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -31,8 +37,9 @@ from sqlglot import exp
 
 from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
+from strata.model.schema import parse_ddl
 from strata.physical import fs
-from strata.physical.increments import Increment
+from strata.physical.increments import Increment, write_table
 from strata.physical.state import StateSnapshot
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
@@ -43,12 +50,48 @@ if TYPE_CHECKING:
     from strata.physical.runner import EpochResult, SparkStageRunner
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
+BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
+OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+# Session confs while a query epoch runs (besides its shuffle partitions). Spark plans a
+# cached DataFrame (each epoch caches two or three) without automatic bucketed-scan removal
+# and, unless cached plans may change their output partitioning, without AQE's final-stage
+# shuffle optimisations: it clones the whole session to switch off any of these that is on.
+# Off for the epoch, the session is used as it is. The plans stay the same: AQE is off in
+# strata, and an epoch scans its tables in cached plans or in a grouping that needs buckets.
+EPOCH_CONF = {"spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+              "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false"}
+DRIVER_ROWS = 100_000  # an epoch's changes or appended increment up to this many rows:
+# written by the driver
+WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
+
+
+def _registered(spark: SparkSession) -> set[str]:
+    """The strata tables this Spark application's catalog already has (registering one is
+    a catalog round trip per epoch otherwise; a catalog is shared by the sessions of one
+    application, that is of one SparkContext)."""
+    return _REGISTERED.setdefault(spark.sparkContext, set())
+
+
+_REGISTERED: weakref.WeakKeyDictionary[SparkContext, set[str]] = weakref.WeakKeyDictionary()
 
 
 def ddl_of(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+
+
+@dataclass
+class _Staged:
+    """A table write of the epoch: ``df`` until written, then the ``files`` in staging."""
+
+    name: str
+    ddl: str
+    mode: str  # "append" or "replace"
+    lineage: list[str]
+    path: str
+    df: DataFrame | None
+    files: list[str] = field(default_factory=list)
 
 
 class QueryTables:
@@ -58,7 +101,7 @@ class QueryTables:
                  token: str) -> None:
         self.spark, self.root, self.n, self.token = spark, root, n, token
         self.live = {k: dict(v) for k, v in live.items()}
-        self.staged: list[tuple[str, str, str, list[str], str]] = []
+        self.staged: list[_Staged] = []
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
         self._sweep()
 
@@ -83,27 +126,86 @@ class QueryTables:
             return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
         ident = "strata_" + hashlib.sha1(
             f"{self._dir(name)}|{t['ddl']}|{self.n}".encode()).hexdigest()[:20]
-        if not self.spark.catalog.tableExists(ident):
+        registered = _registered(self.spark)
+        if ident not in registered:
             cols = ", ".join(f"`{c}`" for c in t["lineage"])
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({t['ddl']}) USING parquet "
                            f"CLUSTERED BY ({cols}) INTO {self.n} BUCKETS "
                            f"LOCATION '{self._dir(name)}'")
-        self.spark.catalog.refreshTable(ident)
+            registered.add(ident)
+        self.spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
         return self.spark.table(ident)
 
     def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
-        """Write ``df`` for table ``name`` into staging: ``mode`` is ``append`` (added to the
-        table's files) or ``replace`` (becomes the table)."""
+        """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
+        files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
+        the epoch's staged writes, which run together with the epoch's output write."""
         path = fs.join(self.root, "staging", self.token, f"{name}-{len(self.staged)}")
-        writer = df.write.mode("overwrite")
-        if lineage:
-            tmp = f"strata_staging_{self.token}_{name}_{len(self.staged)}"
-            writer.bucketBy(self.n, *lineage).option("path", path).saveAsTable(tmp)
-            self.spark.sql(f"DROP TABLE IF EXISTS {tmp}")
+        self.staged.append(_Staged(name, ddl_of(df.schema), mode, list(lineage), path, df))
+
+    def writes(self) -> list[Callable[[], None]]:
+        """One function per staged table write; each writes its files into staging."""
+        return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
+
+    def _write(self, s: _Staged) -> None:
+        if s.lineage and s.mode == "append":
+            s.files = self._write_small_bucketed(s.df, s.lineage, s.path)
+            if s.files is None:
+                s.files = self._write_bucketed(s.df, s.lineage, s.path)
+        elif s.lineage:
+            s.files = self._write_bucketed(s.df, s.lineage, s.path)
         else:
-            writer.parquet(path)
-        files = [fs.join(path, f) for f in fs.list_dir(path) if f.startswith("part-")]
-        self.staged.append((name, ddl_of(df.schema), mode, files, ",".join(lineage)))
+            write_parquet(s.df, s.path)
+            s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
+        s.df = None
+
+    def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
+                              path: str) -> list[str] | None:
+        """Like :meth:`_write_bucketed` for up to ``DRIVER_ROWS`` rows (an increment
+        appended to a join input usually is): the rows, with their bucket, come to the
+        driver as Arrow and each bucket is written as one file; None if there are more."""
+        table = (df.withColumn(BUCKET, self._bucket(lineage)).coalesce(1)
+                 .limit(DRIVER_ROWS + 1).toArrow())
+        if table.num_rows > DRIVER_ROWS:
+            return None
+        bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
+        files = []
+        for b in sorted(pc.unique(bucket).to_pylist()):
+            uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
+            write_table(uri, table.filter(pc.equal(bucket, b)))
+            files.append(uri)
+        return files
+
+    def _bucket(self, lineage: Sequence[str]) -> Column:
+        """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
+        cols = ", ".join(f"`{c}`" for c in lineage)
+        return F.expr(f"pmod(hash({cols}), {self.n})")
+
+    def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
+        """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
+
+        A row's bucket is Spark's own (``pmod(murmur3(lineage), n)``, the expression behind
+        ``bucketBy``), written as a partition column: each bucket's files land in their
+        own directory and are renamed with the bucket number as ``bucketBy`` names them
+        (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan assigns files
+        to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
+        needs no catalog table per write. The rows stay in the partitions they were
+        computed in (no shuffle), in at most one task per core."""
+        tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
+        write_parquet(df.withColumn(BUCKET, self._bucket(lineage)).coalesce(tasks), path,
+                      [BUCKET])
+        files = []
+        for d in fs.list_dir(path):
+            if not d.startswith(f"{BUCKET}="):
+                continue
+            b = int(d.split("=", 1)[1])
+            for f in fs.list_dir(fs.join(path, d)):
+                if f.startswith("part-"):
+                    stem, ext = f.split(".", 1)
+                    dst = fs.join(path, f"{stem}_{b:05d}.{ext}")
+                    fs.move(fs.join(path, d, f), dst)
+                    files.append(dst)
+        return sorted(files)
 
     # -- deferred writes (the steps of an iteration) -----------------------------------
     def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:
@@ -161,15 +263,16 @@ class QueryTables:
     def commit_files(self) -> dict[str, dict]:
         """Move staged files into their tables; the tables' new file lists."""
         out = {k: dict(v) for k, v in self.live.items()}
-        for name, ddl, mode, files, lineage in self.staged:
+        for s in self.staged:
+            if s.df is not None:
+                raise StrataError(f"table {s.name!r} was staged but never written")
             moved = []
-            for f in files:
-                dst = fs.join(self._dir(name), f.rsplit("/", 1)[1])
+            for f in s.files:
+                dst = fs.join(self._dir(s.name), f.rsplit("/", 1)[1])
                 fs.move(f, dst)
                 moved.append(dst)
-            old = out.get(name, {}).get("files", []) if mode == "append" else []
-            out[name] = {"files": old + moved, "ddl": ddl,
-                         "lineage": lineage.split(",") if lineage else []}
+            old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
+            out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}
         return out
 
 
@@ -182,6 +285,8 @@ class QueryProgram:
         self.flow_ddl = dict(flow_ddl)  # input flow -> its DDL (with _mult if it has one)
         self.output = output
         self.output_ddl = output_ddl
+        self._casts: list[str] | None = None
+        self._schema: pa.Schema | None = None
 
     def answer_spec(self) -> dict:
         """What reading the answer needs, kept in each epoch's manifest so that the answer
@@ -214,8 +319,7 @@ class QueryProgram:
         sd = runner.state_dir(stage)
         n = cur.num_partitions or runner.num_partitions
         token = uuid.uuid4().hex[:10]
-        previous = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+        previous = _set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
         sc = spark.sparkContext
         sc.setJobDescription(f"strata query {stage.name} epoch {epoch}")
         out_dir = fs.join(runner.flows_root, self.output,
@@ -225,8 +329,10 @@ class QueryProgram:
             run = _EpochRun(self, spark, tables, inputs)
             try:
                 changes = self.evaluate(run)
-                out = changes.select(*_cast_to(self.output_ddl, changes))
-                out.write.mode("overwrite").parquet(out_dir)
+                out = changes.selectExpr(*self._output_casts())
+                write_out = functools.partial(self._write_output, out, out_dir,
+                                              _output_tasks(inputs, n))
+                run_all(spark, [*tables.writes(), write_out])
             finally:
                 run.release()
         except StrataError:
@@ -238,7 +344,7 @@ class QueryProgram:
                              epoch=epoch, cause=spark_error_summary(e) or _spark_cause(e)
                              ) from e
         finally:
-            spark.conf.set("spark.sql.shuffle.partitions", previous)
+            _set_confs(spark, previous)
             sc.setJobDescription(None)
         files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
                  if f.startswith("part-")]
@@ -256,10 +362,99 @@ class QueryProgram:
         sd.gc(snap)
         return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
 
+    def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
+        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
+        increment's changes usually are) come to the driver as Arrow and are written as one
+        file the way ingested increments are, which costs a fraction of a Spark write job
+        (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
+        ``tasks`` tasks."""
+        table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+        if table.num_rows <= DRIVER_ROWS:
+            try:
+                table = table.cast(self._output_schema())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # a type Arrow does not cast to the declared one: Spark writes it
+            else:
+                write_table(fs.join(out_dir, "part-00000.parquet"), table)
+                return
+        write_parquet(out.coalesce(tasks), out_dir)
+
+    def _output_schema(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = parse_ddl(self.output_ddl)
+        return self._schema
+
+    def _output_casts(self) -> list[str]:
+        """SQL casting the changes' columns to the declared output schema, in its order."""
+        if self._casts is None:
+            self._casts = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`"
+                           for f in _spark_type(self.output_ddl).fields]
+        return self._casts
+
     @staticmethod
     def _discard(out_dir: str, root: str) -> None:
         fs.delete_quietly(out_dir)
         fs.delete_quietly(fs.join(root, "staging"))
+
+
+def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
+    """Run an epoch's writes as concurrent Spark jobs (one thread each, up to
+    ``WRITE_THREADS``), so that one job's planning, file commits and scheduling overlap
+    another's tasks; they read the same cached DataFrames. Waits for all of them, then
+    raises the first error (in the order given)."""
+    if WRITE_THREADS <= 1 or len(writes) <= 1:
+        for w in writes:
+            w()
+        return
+    global _POOL
+    if _POOL is None:  # threads kept between epochs: each has its own JVM connection
+        _POOL = ThreadPoolExecutor(WRITE_THREADS, "strata-write")
+    # each write inherits the caller's job group and description (Spark's local properties)
+    inherit = inheritable_thread_target(spark)
+    futures = [_POOL.submit(inherit(w)) for w in writes]
+    wait(futures)
+    for f in futures:
+        f.result()
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) -> None:
+    """Write ``df`` as Parquet files into the new directory ``path`` through Spark's
+    committer, with less fixed work per write (it shows in small epochs): no ``_SUCCESS``
+    marker (a manifest says which files are live), and on a local filesystem no ``.crc``
+    file per file. The directory and the committer's ``_temporary/0/_temporary`` are made
+    here, because Hadoop's local filesystem (without its native library) starts a
+    ``chmod`` process for every directory and file it creates."""
+    fsys, p = fs.resolve(path)
+    fsys.create_dir(f"{p}/_temporary/0/_temporary", recursive=True)
+    writer = df.write.mode("append").option(
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    if "://" not in path or path.startswith("file:"):
+        writer = (writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+                  .option("fs.file.impl.disable.cache", "true"))
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(path)
+
+
+def _set_confs(spark: SparkSession, confs: Mapping[str, str]) -> dict[str, str]:
+    """Set session confs; their previous values (for setting them back)."""
+    previous = {k: spark.conf.get(k) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    return previous
+
+
+def _output_tasks(inputs: Mapping[str, Increment | Sequence[Increment]], n: int) -> int:
+    """How many tasks write an epoch's changes: one per ``OUTPUT_ROWS_PER_TASK`` input
+    records (the changes of a group-by are at most twice its input's groups), at most
+    ``n``. An epoch's changes are usually small, and a write costs about the same per
+    task and file whatever their size."""
+    records = sum(inc.records for incs in inputs.values()
+                  for inc in ([incs] if isinstance(incs, Increment) else incs))
+    return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
 
 
 def spark_error_summary(e: Exception) -> str | None:
@@ -270,11 +465,6 @@ def spark_error_summary(e: Exception) -> str | None:
         if m:
             return f"[{m.group(1)}] {m.group(2).strip()}"[:500]
     return None
-
-
-def _cast_to(ddl: str, df: DataFrame) -> list[Column]:
-    """Columns of ``df`` cast to the declared output schema, in its order."""
-    return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in _spark_type(ddl).fields]
 
 
 class _EpochRun:
@@ -417,7 +607,7 @@ class _EpochRun:
             netted = (old.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
                       .select(*old.columns))
             self.tables.stage(name, netted, ["_j"], "replace")
-        self.tables.stage(name, delta.repartition("_j"), ["_j"], "append")
+        self.tables.stage(name, delta, ["_j"], "append")  # bucketed where it is: no shuffle
 
     # -- nearest join ----------------------------------------------------------------------
     def _nearest(self, node: Nearest, d: DataFrame) -> DataFrame:
