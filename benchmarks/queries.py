@@ -100,6 +100,7 @@ QUERIES = {
     "join_groupby": ("SELECT R.x, sum(S.v) AS s, count(*) AS n FROM R JOIN S ON R.k = S.k "
                      "GROUP BY R.x", {"R": ["k"]}),
 }
+ITERATIVE = ("kmeans", "pagerank")
 SCHEMAS = {"pairs": "x bigint, y bigint", "R": "k bigint, x bigint", "S": "k bigint, v bigint"}
 
 
@@ -157,7 +158,7 @@ def same_answers(a: list[dict], b: list[dict]) -> bool:
     return norm(a) == norm(b)
 
 
-def iterative_batches(cfg: dict, seed: int = 11) -> dict[str, list[str]]:
+def iterative_batches(cfg: dict, only: set[str], seed: int = 11) -> dict[str, list[str]]:
     """Parquet files of points (k-means) and links (PageRank) per increment."""
     rng = np.random.default_rng(seed)
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-iter-"))
@@ -181,7 +182,7 @@ def iterative_batches(cfg: dict, seed: int = 11) -> dict[str, list[str]]:
         out["pagerank"].append(write(tmp / f"links-{e}.parquet", {
             "src": np.array([a for a, _ in pairs], dtype=np.int64),
             "dst": np.array([b for _, b in pairs], dtype=np.int64)}))
-    return out
+    return {k: v for k, v in out.items() if k in only}
 
 
 def rmat(rng, scale: int, m: int, a=0.30, b=0.25, c=0.25) -> tuple[np.ndarray, np.ndarray]:
@@ -302,7 +303,7 @@ def pagerank_l1(got: list[dict], want: dict[int, float]) -> float:
 
 def summarize(result: dict) -> dict:
     out = {}
-    for name in QUERIES:
+    for name in [q for q in QUERIES if q in result["queries"]]:
         inc = [r["seconds"] for r in result["queries"][name]["incremental"][1:]]
         rec = [r["seconds"] for r in result["queries"][name]["recompute"][1:]]
         if len(inc) >= 2:
@@ -351,7 +352,10 @@ def plot(result: dict, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, partitions=4, master="local[2]")
+    ap.add_argument("--only", nargs="+", choices=[*QUERIES, *ITERATIVE], metavar="QUERY",
+                    help=f"run only these queries (of {', '.join([*QUERIES, *ITERATIVE])})")
     args = ap.parse_args(argv)
+    only = set(args.only or [*QUERIES, *ITERATIVE])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(ROOT / "src"))
     from strata.physical.metrics import SparkMetrics
@@ -367,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                     "command": " ".join(["benchmarks/queries.py", *(argv or sys.argv[1:])]),
                     "config": cfg, "queries": {}}
     try:
-        for name in QUERIES:
+        for name in [q for q in QUERIES if q in only]:
             inc, a = run_incremental(spark, metrics, tmp / f"home-{name}", name, data[name],
                                      args.partitions)
             rec, b = run_recompute(spark, metrics, tmp, name, data[name])
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             if not result["queries"][name]["answers_equal"]:
                 raise SystemExit(f"{name}: incremental and recomputed answers differ")
         measure = {"kmeans": kmeans_error, "pagerank": pagerank_l1}
-        for name, files in iterative_batches(cfg).items():
+        for name, files in iterative_batches(cfg, only).items():
             data[name] = [{"f": f} for f in files]
             inc, got = run_iterative(spark, metrics, tmp / f"home-{name}", name, files, cfg,
                                      args.partitions)
