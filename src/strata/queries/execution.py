@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
@@ -103,6 +104,7 @@ class QueryTables:
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
+        self._read: dict[str, DataFrame | None] = {}
         self._sweep()
 
     def _dir(self, name: str) -> str:
@@ -119,6 +121,11 @@ class QueryTables:
 
     def read(self, name: str) -> DataFrame | None:
         """The committed table (bucketed by its lineage), or None if it has no rows yet."""
+        if name not in self._read:  # its files do not change before the epoch commits
+            self._read[name] = self._open(name)
+        return self._read[name]
+
+    def _open(self, name: str) -> DataFrame | None:
         t = self.live.get(name)
         if not t or not t["files"]:
             return None
@@ -231,7 +238,7 @@ class QueryTables:
         over = self.overlay.get(name)
         if over is not None:
             rows = over.join(rows.select("_g"), "_g", "left_anti").unionByName(rows)
-        self.overlay[name] = rows.localCheckpoint(eager=True)  # cuts the steps' lineage
+        self.overlay[name] = cut(rows)[0]  # cuts the steps' lineage
 
     def current(self, name: str) -> DataFrame | None:
         """All rows of keyed table ``name``, with this epoch's upserts."""
@@ -397,6 +404,38 @@ class QueryProgram:
         fs.delete_quietly(fs.join(root, "staging"))
 
 
+def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
+    """``df`` computed now, as a DataFrame without lineage, and its rows if counted.
+
+    Up to ``DRIVER_ROWS`` rows (an iteration step's changes usually are) come to the driver
+    as Arrow and go back as a local DataFrame: one small job, and the plans built on it stay
+    shallow and cheap to schedule however many steps run. More rows are checkpointed on the
+    executors instead."""
+    rows = local_rows(df)
+    if rows is not None:
+        return df, rows
+    table = df.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+    if table.num_rows <= DRIVER_ROWS:
+        return df.sparkSession.createDataFrame(table, schema=df.schema), table.num_rows
+    return df.localCheckpoint(eager=True), None
+
+
+def local_rows(df: DataFrame) -> int | None:
+    """How many rows ``df`` has if Spark's optimizer makes it a local relation (rows held
+    by the driver, e.g. from :func:`cut`, filtered or projected); else None."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    if plan.getClass().getSimpleName() == "LocalRelation":
+        return plan.data().size()
+    return None
+
+
+def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
+    """An empty DataFrame of schema ``ddl`` that Spark's optimizer knows to be empty (a
+    local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
+    schema = _spark_type(ddl)
+    return spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
+
+
 def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
     """Run an epoch's writes as concurrent Spark jobs (one thread each, up to
     ``WRITE_THREADS``), so that one job's planning, file commits and scheduling overlap
@@ -525,7 +564,7 @@ class _EpochRun:
 
     def _empty(self, node: Node) -> DataFrame:
         ddl = ", ".join([*(f"`{c}` {t}" for c, t in node.columns.items()), f"{MULT} bigint"])
-        return self.spark.createDataFrame([], ddl)
+        return empty_frame(self.spark, ddl)
 
     def _scan(self, node: Scan) -> DataFrame:
         if node.flow in self.frames:
@@ -537,17 +576,18 @@ class _EpochRun:
                  for f in inc.files]
         ddl = self.program.flow_ddl[node.flow]
         df = (self.spark.read.schema(ddl).parquet(*files) if files
-              else self.spark.createDataFrame([], ddl))
+              else empty_frame(self.spark, ddl))
         mult = F.col(MULT).cast("bigint") if node.has_mult else F.lit(1).cast("bigint")
         return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                          mult.alias(MULT))
 
     def _materialize(self, df: DataFrame) -> DataFrame:
-        """``df``, computed once when first used. In a deferred run its plan is also cut:
-        the steps of an iteration would otherwise build ever deeper plans on each other."""
+        """``df``, computed once when first used. A deferred run leaves it as it is: what
+        one step of an iteration passes to the next is cut from its plan by
+        :meth:`QueryTables.upsert` and :func:`cut` (many cached plans would slow down the
+        planning of every step, as Spark compares each plan with every cached one)."""
         if self.deferred:
-            self._cached.append(df)  # keeps alive the plan whose metrics its tasks update
-            return df.localCheckpoint(eager=False)
+            return df
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(df)
         return df
@@ -597,7 +637,8 @@ class _EpochRun:
         """Append a join input's increment to its table; when the table has many files,
         first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
         if self.deferred:
-            self._held.setdefault(name, []).append(self._materialize(delta))
+            if local_rows(delta) != 0:
+                self._held.setdefault(name, []).append(delta)
             return
         files = len(self.tables.live.get(name, {}).get("files", []))
         if old is not None and files >= COMPACT_FILES_PER_BUCKET * self.tables.n:
@@ -615,7 +656,7 @@ class _EpochRun:
         epoch re-assigns them: it retracts the previous assignment and inserts the new."""
         rows, before = self._assigned.get(id(node), (None, None))
         if rows is None:  # the first step: the epoch's new rows
-            rows = self._materialize(d)
+            rows = cut(d)[0]
         assert isinstance(node.right, Scan)
         centers = self.tables.current(self.whole[node.right.flow])
         cols = list(node.right.schema)
@@ -642,7 +683,7 @@ class _EpochRun:
                                           for p in prefixed)]))
             now = (rows.withColumn("_i", pick).join(F.broadcast(table), "_i")
                    .select(*node.columns, MULT))
-        now = self._materialize(now)
+        now = cut(now)[0]
         self._assigned[id(node)] = (rows, now)
         if before is None:
             return now
@@ -693,7 +734,8 @@ class _EpochRun:
         keep = F.col("_cnt") != 0
         if node.having is not None:
             keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
-        m = self._materialize(m.withColumn("_keep", keep))
+        m = m.withColumn("_keep", keep)
+        m = cut(m)[0] if self.deferred else self._materialize(m)
         state_cols = ["_g", *[p.name for p in plan.parts], *outputs, "_keep"]
         if self.deferred:
             self.tables.upsert(plan.name, m.select(*state_cols), F.col("_cnt") != 0)

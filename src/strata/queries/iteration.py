@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from strata.queries.algebra import GroupBy, Map, Query, Scan
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.execution import QueryProgram, output_ddl
+from strata.queries.execution import QueryProgram, cut, output_ddl
 from strata.queries.expressions import MULT, widest
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.sql import parse_sql
@@ -178,22 +178,22 @@ class IterationProgram(QueryProgram):
             new = self._keyed(dy.where(f"{MULT} > 0"))
             old = tables.lookup(ITERATE, new.select("_g"))
             if old is None:
-                moved = new
-                retract = None
+                moved, retract = new, None
             else:
                 n, o = new.alias("n"), old.alias("o")
                 j = n.join(o, F.col("n._g") == F.col("o._g"), "left")
-                j = j.where(F.col("o._g").isNull() | self._differs("n", "o")).persist()
-                run._cached.append(j)
+                j = j.where(F.col("o._g").isNull() | self._differs("n", "o"))
+                j = cut(j.select(F.struct("n.*").alias("n"), F.struct("o.*").alias("o"),
+                                 F.col("o._g").isNotNull().alias("had")))[0]
                 moved = j.select("n.*")
-                retract = j.where(F.col("o._g").isNotNull()).select("o.*")
+                retract = j.where("had").select("o.*")
+            moved = cut(moved)[0]
             tables.upsert(ITERATE, moved, F.lit(True))
-            moved = tables.overlay[ITERATE].join(moved.select("_g"), "_g", "left_semi")
-            dx = self._signed(moved.drop("_live"), 1)
+            dx = self._signed(moved, 1)
             if retract is not None:
                 dx = dx.unionByName(self._signed(retract, -1))
-            dx = dx.localCheckpoint(eager=True)
-            if dx.isEmpty():
+            dx, rows = cut(dx)
+            if rows == 0 or rows is None and dx.isEmpty():
                 log.debug("iterate %s: nothing moved after step %d", it.name, i + 1)
                 break
         # the step has not seen the last step's moves yet: the next epoch feeds them first
