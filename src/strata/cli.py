@@ -469,6 +469,10 @@ def query(
         help="A flow's unique key, which joins need (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Check the query and explain it without registering it.")] = False,
+    allow_recompute: Annotated[bool, typer.Option(
+        "--allow-recompute", help="If the query cannot be kept up to date incrementally "
+        "(a many-to-many join), recompute it over all its input every run instead of "
+        "refusing it.")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
@@ -491,14 +495,16 @@ def query(
                      for f, v in catalog.flows().items()}
             if name in catalog.stages() or name in catalog.queries() or name in flows:
                 raise StrataError(f"the home already has a stage or flow named {name!r}")
-            plan = compile_query(sql, flows, keys)
+            plan = compile_query(sql, flows, keys, allow_recompute=allow_recompute)
             if not dry_run:
-                catalog.save_query(name, {"sql": sql, "keys": keys}, plan.input_flows)
+                catalog.save_query(name, {"sql": sql, "keys": keys,
+                                          "allow_recompute": allow_recompute},
+                                   plan.input_flows)
         finally:
             catalog.close()
         if json_out:
             print(_dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
-                          "columns": plan.root.columns}))
+                          "columns": plan.root.columns, "recomputed": plan.recompute}))
             return
         console = _out()
         console.print(Text(plan.explain()))

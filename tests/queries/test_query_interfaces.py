@@ -59,6 +59,29 @@ def test_cli_rejects_a_query_naming_the_problem(tmp_path):
     assert "Traceback" not in bad.output
 
 
+def test_cli_recomputes_a_many_to_many_query_only_when_allowed(spark, tmp_path):
+    home = tmp_path / "home"
+    ok("run", PIPELINE, "--home", home)
+    sql = ("SELECT a.url, count(*) AS n FROM urls a JOIN urls b ON a.url = b.url "
+           "GROUP BY a.url")
+    refused = runner.invoke(app, ["query", sql, "--home", str(home), "--name", "pairs"])
+    assert refused.exit_code == 1 and "many-to-many" in refused.output
+    assert "--allow-recompute" in refused.output
+    dry = json.loads(ok("query", sql, "--home", home, "--name", "pairs", "--dry-run",
+                        "--allow-recompute", "--json").stdout)
+    assert dry["recomputed"] and "recomputed every epoch" in dry["explain"]
+    ok("query", sql, "--home", home, "--name", "pairs", "--allow-recompute")
+    counts: Counter = Counter()
+    for day in ("day-1.jsonl", "day-2.jsonl"):  # the answer follows both increments
+        ok("ingest", "urls", SAMPLE / day, "--home", home)
+        ok("run", PIPELINE, "--home", home)
+        counts.update(json.loads(line)["url"] for line in (SAMPLE / day).read_text()
+                      .splitlines())
+        shown = [json.loads(line) for line in ok(
+            "show", "pairs", "--home", home, "--format", "jsonl").stdout.splitlines()]
+        assert {r["url"]: r["n"] for r in shown} == {u: c * c for u, c in counts.items()}
+
+
 def _df() -> Dataflow:
     df = Dataflow("q")
     df.source("R", "k bigint, v bigint, _mult bigint")

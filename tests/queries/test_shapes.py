@@ -45,7 +45,14 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "user_aggregate": ("SELECT x, sumsq(y) AS q FROM R GROUP BY x",
                        "SELECT x, coalesce(sum(y * y), 0) AS q FROM R GROUP BY x"),
     "insert_only_min_max": ("SELECT x, min(y) AS mn, max(y) AS mx FROM P GROUP BY x", None),
+    # many-to-many joins: recomputed every epoch, as their stages opted in
+    "many_to_many_group_by": (
+        "SELECT R.x, count(*) AS c, sum(P.y) AS s FROM R JOIN P ON R.x = P.x GROUP BY R.x",
+        None),
+    "many_to_many_rows": ("SELECT R.y, P.y AS py FROM R JOIN P ON R.x = P.x WHERE R.y > 2",
+                          None),
 }
+RECOMPUTED = {"many_to_many_group_by", "many_to_many_rows"}
 
 
 def build(shapes=SHAPES) -> Dataflow:
@@ -54,7 +61,8 @@ def build(shapes=SHAPES) -> Dataflow:
     df.source("D", D_SCHEMA)
     df.source("P", P_SCHEMA)
     for name, (sql, _) in shapes.items():
-        add_query(df, name, sql, keys={"D": ["id"]}, aggregates={"sumsq": SUMSQ})
+        add_query(df, name, sql, keys={"D": ["id"]}, aggregates={"sumsq": SUMSQ},
+                  allow_recompute=name in RECOMPUTED)
     return df
 
 

@@ -526,7 +526,8 @@ def _attach_registered_queries(dataflow: Dataflow, catalog: Catalog) -> None:
 
     for name, spec in catalog.queries().items():
         if name not in dataflow.stages:
-            add_query(dataflow, name, spec["sql"], keys=spec.get("keys") or None)
+            add_query(dataflow, name, spec["sql"], keys=spec.get("keys") or None,
+                      allow_recompute=spec.get("allow_recompute", False))
 
 
 def open_catalog(home: str) -> Catalog:

@@ -99,13 +99,14 @@ class QueryTables:
     """The state tables of one query stage in one epoch."""
 
     def __init__(self, spark: SparkSession, root: str, live: Mapping[str, dict], n: int,
-                 token: str) -> None:
+                 token: str, sweep: bool = True) -> None:
         self.spark, self.root, self.n, self.token = spark, root, n, token
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
         self._read: dict[str, DataFrame | None] = {}
-        self._sweep()
+        if sweep:
+            self._sweep()
 
     def _dir(self, name: str) -> str:
         return fs.join(self.root, "tables", name)
@@ -571,15 +572,22 @@ class _EpochRun:
             df = self.frames[node.flow]
             return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                              MULT)
-        incs = self.inputs.get(node.flow, ())
+        df = self.flow_rows(node.flow)
+        return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                         MULT)
+
+    def flow_rows(self, flow: str) -> DataFrame:
+        """The epoch's increment of input ``flow``: its columns and ``_mult`` (1 if the
+        flow has none)."""
+        incs = self.inputs.get(flow, ())
         files = [f for inc in ([incs] if isinstance(incs, Increment) else incs)
                  for f in inc.files]
-        ddl = self.program.flow_ddl[node.flow]
+        ddl = self.program.flow_ddl[flow]
         df = (self.spark.read.schema(ddl).parquet(*files) if files
               else empty_frame(self.spark, ddl))
-        mult = F.col(MULT).cast("bigint") if node.has_mult else F.lit(1).cast("bigint")
-        return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
-                         mult.alias(MULT))
+        if MULT in df.columns:
+            return df.withColumn(MULT, F.col(MULT).cast("bigint"))
+        return df.withColumn(MULT, F.lit(1).cast("bigint"))
 
     def _materialize(self, df: DataFrame) -> DataFrame:
         """``df``, computed once when first used. A deferred run leaves it as it is: what

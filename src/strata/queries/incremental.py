@@ -58,6 +58,7 @@ class IncrementalQuery:
     root: Node
     groups: dict[int, GroupPlan] = field(default_factory=dict)  # id(node) -> plan
     joins: dict[int, JoinPlan] = field(default_factory=dict)
+    recompute: bool = False  # run by recomputation (opted in: it is not incremental)
 
     @property
     def input_flows(self) -> list[str]:
@@ -67,6 +68,10 @@ class IncrementalQuery:
     def explain(self) -> str:
         """``h``, ``⊗`` and ``a`` of every stateful operator, as readable text."""
         lines: list[str] = []
+        if self.recompute:
+            lines += ["recomputed every epoch over all rows so far (opted in): the output "
+                      "carries new answer - old answer; the operators below run as if "
+                      "against empty state"]
         self._explain(self.root, 0, lines)
         if self.query.order_by or self.query.limit is not None:
             order = ", ".join(f"{c} {'asc' if a else 'desc'}" for c, a in self.query.order_by)
@@ -114,26 +119,30 @@ def scanned(node: Node) -> set[str]:
     return set().union(*(scanned(c) for c in node.children))
 
 
-def derive(query: Query, iterate: str | None = None) -> IncrementalQuery:
+def derive(query: Query, iterate: str | None = None,
+           recompute: bool = False) -> IncrementalQuery:
     """The incremental program of ``query`` (normalized first); ``iterate`` names the
-    iterate when ``query`` is the step of an iteration.
+    iterate when ``query`` is the step of an iteration; ``recompute`` accepts
+    many-to-many joins, for a query run by recomputation.
 
     Raises :class:`NotIncrementalError` naming the operator that blocks it."""
     root = normalize(query.root)
-    out = IncrementalQuery(Query(root, query.order_by, query.limit), root)
+    out = IncrementalQuery(Query(root, query.order_by, query.limit), root,
+                           recompute=recompute)
     counter = iter(range(1_000_000))
 
     def visit(node: Node) -> None:
         for c in node.children:
             visit(c)
         if isinstance(node, Join):
-            if node.kind == "many-to-many":
+            if node.kind == "many-to-many" and not recompute:
                 raise NotIncrementalError(
                     f"join on {' and '.join(f'{a} = {b}' for a, b in node.on)}",
                     "is many-to-many (neither side has a declared key within the join "
                     "columns), so one new row can join with unboundedly many old ones",
                     "declare the key of the side that is unique per join key (keys= in the "
-                    "Python API, --key FLOW=COL in the CLI)")
+                    "Python API, --key FLOW=COL in the CLI), or let it run by recomputation "
+                    "(allow_recompute=True, --allow-recompute)")
             out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
         elif isinstance(node, Nearest):
             if iterate is None or not isinstance(node.right, Scan) or \

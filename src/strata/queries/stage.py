@@ -12,6 +12,7 @@ downstream query or stage sees deletes. The current answer is read with
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
@@ -25,12 +26,16 @@ from strata.physical.increments import read_records
 from strata.physical.state import StateSnapshot
 from strata.queries.algebra import Query
 from strata.queries.api import Relation
+from strata.queries.errors import NotIncrementalError
 from strata.queries.execution import QueryProgram, output_ddl
 from strata.queries.expressions import MULT
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.iteration import Iteration, IterationProgram, compile_iteration
 from strata.queries.monoids import UserAggregate
+from strata.queries.recompute import RecomputeProgram
 from strata.queries.sql import parse_sql
+
+log = logging.getLogger(__name__)
 
 
 def flow_columns(df: Dataflow) -> dict[str, dict[str, str]]:
@@ -41,26 +46,37 @@ def flow_columns(df: Dataflow) -> dict[str, dict[str, str]]:
 
 def compile_query(query: str | Relation | Query, flows: Mapping[str, Mapping[str, str]],
                   keys: Mapping[str, Sequence[str]] | None = None,
-                  aggregates: Mapping[str, UserAggregate] | None = None) -> IncrementalQuery:
-    """Parse (if needed) and derive the incremental program of ``query``."""
+                  aggregates: Mapping[str, UserAggregate] | None = None,
+                  allow_recompute: bool = False) -> IncrementalQuery:
+    """Parse (if needed) and derive the incremental program of ``query``; with
+    ``allow_recompute``, a query that is not incremental gets a plan run by recomputation
+    (``.recompute`` is set) instead of raising."""
     if isinstance(query, str):
         query = parse_sql(query, flows, keys, aggregates)
     elif isinstance(query, Relation):
         query = query.to_query(flows, keys)
-    return derive(query)
+    try:
+        return derive(query)
+    except NotIncrementalError as e:
+        if not allow_recompute:
+            raise
+        log.warning("%s; it will be recomputed every epoch", e)
+        return derive(query, recompute=True)
 
 
 def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration, *,
               keys: Mapping[str, Sequence[str]] | None = None,
               aggregates: Mapping[str, UserAggregate] | None = None,
-              output: str | None = None) -> Stage:
+              output: str | None = None, allow_recompute: bool = False) -> Stage:
     """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change
     (an :class:`~strata.queries.iteration.Iteration` keeps its iterate).
 
     ``keys`` declares unique keys of flows (``{"customers": ["id"]}``), which joins need;
     ``aggregates`` names user aggregates the SQL calls. Raises
     :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
-    blocking operator) when the query cannot be maintained."""
+    blocking operator) when the query cannot be maintained, unless ``allow_recompute``
+    lets such a query (a many-to-many join) be recomputed over all its input every
+    epoch (:mod:`strata.queries.recompute`)."""
     out = output or f"{name}_changes"
     program: QueryProgram
     if isinstance(query, Iteration):
@@ -69,10 +85,11 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
         program = IterationProgram(query, init, step,
                                    {f: to_ddl(df.flows[f].schema) for f in scanned}, out)
     else:
-        inc = compile_query(query, flow_columns(df), keys, aggregates)
+        inc = compile_query(query, flow_columns(df), keys, aggregates, allow_recompute)
         scanned = inc.input_flows
-        program = QueryProgram(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
-                               output_ddl(inc.root.columns))
+        kind = RecomputeProgram if inc.recompute else QueryProgram
+        program = kind(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
+                       output_ddl(inc.root.columns))
     return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
                     outputs={out: program.output_ddl}, runnable=runnable_any)
 
@@ -87,14 +104,14 @@ def read_answer(snap: StateSnapshot) -> pa.Table:
     rows = read_records(snap.tables.get(spec["table"], {}).get("files", []))
     if spec["grouped"]:
         rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
-        if spec["total"] and not rows:
-            rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
     else:  # an accumulated bag of changes: net each row's multiplicity
         net: dict[tuple, int] = {}
         for r in rows:
             k = tuple(_hashable(r[c]) for c in cols)
             net[k] = net.get(k, 0) + r[MULT]
         rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
+    if spec["total"] and not rows:  # a total aggregate over no rows
+        rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
     table = pa.Table.from_pylist(rows, schema=schema)
     if spec["order_by"]:
         order = [(c, "ascending" if asc else "descending") for c, asc in spec["order_by"]]

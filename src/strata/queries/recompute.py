@@ -1,0 +1,68 @@
+"""Queries run by recomputation, for users who opt in (``add_query(..., recompute=True)``,
+``strata query --recompute``) when a query cannot be maintained incrementally.
+
+The stage keeps every input flow's rows so far (table ``input_FLOW``, netted now and then)
+and the last answer (table ``answer``). Each epoch evaluates the query over all rows so far
+(the incremental program run against empty state is the query itself), replaces the answer
+and emits the difference between the new and the old answer as the output's changes, so
+downstream stages see the same changelog an incremental query would give. Its cost grows
+with the inputs, not with the increment.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from strata.queries.execution import (
+    ANSWER,
+    COMPACT_FILES_PER_BUCKET,
+    QueryProgram,
+    QueryTables,
+    _EpochRun,
+)
+from strata.queries.expressions import MULT
+from strata.queries.incremental import scanned
+
+INPUT = "input_{}"  # the table of one input flow's rows so far
+
+
+class RecomputeProgram(QueryProgram):
+    """The compiled form of a query stage that recomputes its answer every epoch."""
+
+    def answer_spec(self) -> dict:
+        return {**super().answer_spec(), "table": ANSWER, "grouped": False}
+
+    def evaluate(self, run: _EpochRun) -> DataFrame:
+        tables = run.tables
+        everything = {}
+        for flow in sorted(scanned(self.inc.root)):
+            name = INPUT.format(flow)
+            new, old = run.flow_rows(flow), tables.read(name)
+            rows = new if old is None else old.unionByName(new)
+            if len(tables.live.get(name, {}).get("files", [])) >= COMPACT_FILES_PER_BUCKET:
+                tables.stage(name, _netted(rows), [], "replace")
+            else:
+                tables.stage(name, new, [], "append")
+            everything[flow] = rows
+        # against empty state, the incremental program's changes are the whole answer
+        scratch = QueryTables(run.spark, tables.root, {}, tables.n, tables.token, sweep=False)
+        whole = _EpochRun(self, run.spark, scratch, {})
+        whole.frames = everything
+        try:
+            answer = _netted(whole.changes(self.inc.root)).persist()
+            run._cached.append(answer)
+        finally:
+            whole.release()
+        tables.stage(ANSWER, answer, [], "replace")
+        old = tables.read(ANSWER)
+        if old is None:
+            return answer
+        return _netted(answer.unionByName(old.withColumn(MULT, -F.col(MULT))))
+
+
+def _netted(rows: DataFrame) -> DataFrame:
+    """``rows`` with equal rows' multiplicities summed, rows that cancel out dropped."""
+    cols = [c for c in rows.columns if c != MULT]
+    return (rows.groupBy(*[F.col(f"`{c}`") for c in cols]).agg(F.sum(MULT).alias(MULT))
+            .where(f"{MULT} <> 0").select(*[F.col(f"`{c}`") for c in rows.columns]))
