@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # the paper's sizes (section 8): 1M initial pairs, increments of 10-40K tuples
 FULL = {"groupby_initial": 1_000_000, "groupby_increment": 40_000, "join_initial": 100_000,
         "join_increment": 10_000, "increments": 9, "key_range": 10_000,
-        "kmeans_initial": 1_000_000, "kmeans_increment": 40_000, "kmeans_increments": 9,
-        "kmeans_steps": 10, "pagerank_scale": 13, "pagerank_initial_edges": 50_000,
-        "pagerank_increments": 5, "pagerank_increment_edges": 400, "pagerank_new_pages": 100,
+        "kmeans_initial": 1_000_000, "kmeans_increment": 40_000, "kmeans_increments": 5,
+        "kmeans_steps": 10, "pagerank_scale": 12, "pagerank_initial_edges": 20_000,
+        "pagerank_increments": 3, "pagerank_increment_edges": 200, "pagerank_new_pages": 50,
         "pagerank_steps": 40, "pagerank_tolerance": 1e-5}
 QUICK = {"groupby_initial": 50_000, "groupby_increment": 5_000, "join_initial": 5_000,
          "join_increment": 1_000, "increments": 3, "key_range": 1_000,
