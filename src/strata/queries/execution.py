@@ -63,8 +63,8 @@ OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's ch
 # strata, and an epoch scans its tables in cached plans or in a grouping that needs buckets.
 EPOCH_CONF = {"spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
               "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false"}
-DRIVER_ROWS = 100_000  # an epoch's changes or appended increment up to this many rows:
-# written by the driver
+DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritten table up
+# to this many rows: written by the driver
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
@@ -93,6 +93,7 @@ class _Staged:
     path: str
     df: DataFrame | None
     files: list[str] = field(default_factory=list)
+    rows: int | None = None  # of a replacing write, once written
 
 
 class QueryTables:
@@ -156,33 +157,44 @@ class QueryTables:
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
     def _write(self, s: _Staged) -> None:
-        if s.lineage and s.mode == "append":
-            s.files = self._write_small_bucketed(s.df, s.lineage, s.path)
-            if s.files is None:
-                s.files = self._write_bucketed(s.df, s.lineage, s.path)
-        elif s.lineage:
-            s.files = self._write_bucketed(s.df, s.lineage, s.path)
+        if s.lineage:
+            files = None
+            if s.mode == "append" or self._small(s.name):
+                files, s.rows = self._write_small_bucketed(s.df, s.lineage, s.path)
+            if files is None:
+                files = self._write_bucketed(s.df, s.lineage, s.path)
+                if s.mode == "replace":  # from the files' footers: no Spark job
+                    s.rows = sum(pq.read_metadata(p, filesystem=fsys).num_rows
+                                 for fsys, p in map(fs.resolve, files))
+            s.files = files
         else:
             write_parquet(s.df, s.path)
             s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
         s.df = None
 
+    def _small(self, name: str) -> bool:
+        """Whether table ``name`` had at most half of ``DRIVER_ROWS`` rows: a rewrite of
+        it likely fits on the driver (one that does not falls back to Spark)."""
+        rows = self.live.get(name, {}).get("rows")
+        return rows is not None and rows <= DRIVER_ROWS // 2
+
     def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
-                              path: str) -> list[str] | None:
+                              path: str) -> tuple[list[str] | None, int]:
         """Like :meth:`_write_bucketed` for up to ``DRIVER_ROWS`` rows (an increment
-        appended to a join input usually is): the rows, with their bucket, come to the
-        driver as Arrow and each bucket is written as one file; None if there are more."""
+        appended to a join input or a small group-by's state usually is): the rows, with
+        their bucket, come to the driver as Arrow and each bucket is written as one file.
+        The files (None if there are more rows) and the number of rows."""
         table = (df.withColumn(BUCKET, self._bucket(lineage)).coalesce(1)
                  .limit(DRIVER_ROWS + 1).toArrow())
         if table.num_rows > DRIVER_ROWS:
-            return None
+            return None, table.num_rows
         bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
         files = []
         for b in sorted(pc.unique(bucket).to_pylist()):
             uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
             write_table(uri, table.filter(pc.equal(bucket, b)))
             files.append(uri)
-        return files
+        return files, table.num_rows
 
     def _bucket(self, lineage: Sequence[str]) -> Column:
         """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
@@ -281,6 +293,8 @@ class QueryTables:
                 moved.append(dst)
             old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
             out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}
+            if s.mode == "replace" and s.rows is not None:
+                out[s.name]["rows"] = s.rows
         return out
 
 
