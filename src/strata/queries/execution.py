@@ -638,15 +638,20 @@ class _EpochRun:
                             *[F.col(f"r.`{c}`") for c in rcols],
                             (F.col(f"l.{MULT}") * F.col(f"r.{MULT}")).alias(MULT))
 
+        # a side known to be empty (quiet in an iteration step) joins with nothing: its
+        # pairs are not built at all, as analysing them would cost more with every step
+        quiet_l, quiet_r = local_rows(dl) == 0, local_rows(dr) == 0
         parts = [pair(dl, dr)]
-        if right is not None:
+        if right is not None and not quiet_l:
             parts.append(pair(dl, right))
-        if left is not None:
+        if left is not None and not quiet_r:
             parts.append(pair(left, dr))
         # rows held back by earlier steps of this epoch (joined apart, so that the
         # bucketed tables above are still read where they lie)
-        parts += [pair(dl, r) for r in self._held.get(f"{plan.name}_right", [])]
-        parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
+        if not quiet_l:
+            parts += [pair(dl, r) for r in self._held.get(f"{plan.name}_right", [])]
+        if not quiet_r:
+            parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
