@@ -362,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
 
     cfg = QUICK if args.quick else FULL
-    spark = get_spark(args.master, app_name="strata-bench-queries")
+    # an iteration's epoch runs thousands of stages: the UI must keep them for the metrics
+    spark = get_spark(args.master, app_name="strata-bench-queries",
+                      **{"spark.ui.retainedStages": "100000", "spark.ui.retainedJobs": "100000"})
     metrics = SparkMetrics(spark)
     data = batches(cfg)
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-queries-"))
