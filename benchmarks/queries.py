@@ -49,7 +49,7 @@ FULL = {"groupby_initial": 1_000_000, "groupby_increment": 40_000, "join_initial
         "join_increment": 10_000, "increments": 9, "key_range": 10_000,
         "kmeans_initial": 1_000_000, "kmeans_increment": 40_000, "kmeans_increments": 5,
         "kmeans_steps": 10, "pagerank_scale": 12, "pagerank_initial_edges": 20_000,
-        "pagerank_increments": 3, "pagerank_increment_edges": 200, "pagerank_new_pages": 50,
+        "pagerank_increments": 2, "pagerank_increment_edges": 200, "pagerank_new_pages": 50,
         "pagerank_steps": 40, "pagerank_tolerance": 1e-5}
 QUICK = {"groupby_initial": 50_000, "groupby_increment": 5_000, "join_initial": 5_000,
          "join_increment": 1_000, "increments": 3, "key_range": 1_000,
