@@ -130,17 +130,35 @@ class Map(Node):
 
 
 @dataclass(frozen=True, eq=False)
-class Join(Node):
-    """Inner equi-join: rows of ``left`` and ``right`` with equal ``on`` columns."""
+class _Binary(Node):
+    """An operator over two inputs whose rows it pairs: their columns side by side."""
 
     left: Node
     right: Node
+
+    def _check_disjoint(self, what: str) -> None:
+        clash = set(self.left.columns) & set(self.right.columns)
+        if clash:
+            raise QueryError(f"both sides of a {what} have columns {sorted(clash)}; "
+                             "rename them")
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        return {**self.left.columns, **self.right.columns}
+
+
+@dataclass(frozen=True, eq=False)
+class Join(_Binary):
+    """Inner equi-join: rows of ``left`` and ``right`` with equal ``on`` columns."""
+
     on: tuple[tuple[str, str], ...]
 
     def __post_init__(self) -> None:
-        clash = set(self.left.columns) & set(self.right.columns)
-        if clash:
-            raise QueryError(f"both sides of a join have columns {sorted(clash)}; rename them")
+        self._check_disjoint("join")
         if not self.on:
             raise QueryError("a join needs at least one pair of equal columns (cross joins "
                              "are not supported)")
@@ -153,14 +171,6 @@ class Join(Node):
                 raise QueryError(
                     f"join condition {lc} = {rc} compares {self.left.columns[lc]} with "
                     f"{self.right.columns[rc]}; cast one side") from None
-
-    @property
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
-
-    @cached_property
-    def columns(self) -> dict[str, str]:
-        return {**self.left.columns, **self.right.columns}
 
     @property
     def left_keys(self) -> list[str]:
@@ -204,33 +214,20 @@ class Join(Node):
 
 
 @dataclass(frozen=True, eq=False)
-class Nearest(Node):
+class Nearest(_Binary):
     """Each row of ``left`` with the one row of ``right`` (a small relation, such as a
     set of centroids) that minimizes ``distance``; ties go to the earlier right row."""
 
-    left: Node
-    right: Node
     distance: Expr
 
     def __post_init__(self) -> None:
-        clash = set(self.left.columns) & set(self.right.columns)
-        if clash:
-            raise QueryError(f"both sides of a nearest join have columns {sorted(clash)}; "
-                             "rename them")
+        self._check_disjoint("nearest join")
         t = type_of(self.distance, self.columns)
         try:
             widest([t, "double"])
         except QueryError:
             raise QueryError(f"nearest distance {to_sql(self.distance)!r} is {t}, not a "
                              "number") from None
-
-    @property
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
-
-    @cached_property
-    def columns(self) -> dict[str, str]:
-        return {**self.left.columns, **self.right.columns}
 
     @property
     def key(self) -> tuple[str, ...] | None:

@@ -50,8 +50,7 @@ class RecomputeProgram(QueryProgram):
         whole = _EpochRun(self, run.spark, scratch, {})
         whole.frames = everything
         try:
-            answer = _netted(whole.changes(self.inc.root)).persist()
-            run._cached.append(answer)
+            answer = run._materialize(_netted(whole.changes(self.inc.root)))
         finally:
             whole.release()
         tables.stage(ANSWER, answer, [], "replace")
