@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import re
 import uuid
 import weakref
@@ -538,6 +539,7 @@ class _EpochRun:
         self.deferred = False
         self.only: str | None = None  # when set: subtrees not reading this flow are quiet
         self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
+        self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
         self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
 
     def release(self) -> None:
@@ -551,7 +553,7 @@ class _EpochRun:
             delta = frames[0]
             for f in frames[1:]:
                 delta = delta.unionByName(f)
-            self._append(name, delta, self.tables.read(name))
+            self._append(name, delta, self.tables.read(name), self._lineage[name])
         self._held.clear()
         self.tables.flush_overlays()
 
@@ -619,21 +621,27 @@ class _EpochRun:
         node = plan.node
         types = [widest([node.left.columns[a], node.right.columns[b]]) for a, b in node.on]
 
+        lineage = [f"_j{i}" for i in range(len(types))]
+
         def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
+            # the lineage is the join key cast to a common type, one top-level column per
+            # part: Spark hashes and compares those far faster than a struct of them
             ok = F.lit(True)
             for c in cols:
                 ok = ok & F.col(f"`{c}`").isNotNull()  # NULL never equals anything
-            lineage = F.struct(*[F.col(f"`{c}`").cast(t).alias(f"k{i}")
-                                 for i, (c, t) in enumerate(zip(cols, types, strict=True))])
-            return d.where(ok).withColumn("_j", lineage)
+            return d.where(ok).select("*", *[
+                F.col(f"`{c}`").cast(t).alias(j)
+                for c, t, j in zip(cols, types, lineage, strict=True)])
 
         dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
         left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
             f"{plan.name}_right")
         lcols, rcols = list(node.left.columns), list(node.right.columns)
+        on = functools.reduce(operator.and_, [F.col(f"l.{j}") == F.col(f"r.{j}")
+                                              for j in lineage])
 
         def pair(a: DataFrame, b: DataFrame) -> DataFrame:
-            j = a.alias("l").join(b.alias("r"), F.col("l._j") == F.col("r._j"))
+            j = a.alias("l").join(b.alias("r"), on)
             return j.select(*[F.col(f"l.`{c}`") for c in lcols],
                             *[F.col(f"r.`{c}`") for c in rcols],
                             (F.col(f"l.{MULT}") * F.col(f"r.{MULT}")).alias(MULT))
@@ -657,25 +665,27 @@ class _EpochRun:
             out = out.unionByName(p)
         out = self._materialize(out)
         for side, delta, old in (("left", dl, left), ("right", dr, right)):
-            self._append(f"{plan.name}_{side}", delta, old)
+            self._append(f"{plan.name}_{side}", delta, old, lineage)
         return out
 
-    def _append(self, name: str, delta: DataFrame, old: DataFrame | None) -> None:
+    def _append(self, name: str, delta: DataFrame, old: DataFrame | None,
+                lineage: list[str]) -> None:
         """Append a join input's increment to its table; when the table has many files,
         first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
         if self.deferred:
             if local_rows(delta) != 0:
                 self._held.setdefault(name, []).append(delta)
+                self._lineage[name] = lineage
             return
         files = len(self.tables.live.get(name, {}).get("files", []))
         if old is not None and files >= COMPACT_FILES_PER_BUCKET * self.tables.n:
-            # grouping the bucketed table by all its columns (_j among them) needs no
-            # shuffle: each bucket is netted where it lies
+            # grouping the bucketed table by all its columns (the lineage among them)
+            # needs no shuffle: each bucket is netted where it lies
             cols = [c for c in old.columns if c != MULT]
             netted = (old.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
                       .select(*old.columns))
-            self.tables.stage(name, netted, ["_j"], "replace")
-        self.tables.stage(name, delta, ["_j"], "append")  # bucketed where it is: no shuffle
+            self.tables.stage(name, netted, lineage, "replace")
+        self.tables.stage(name, delta, lineage, "append")  # bucketed where it is: no shuffle
 
     # -- nearest join ----------------------------------------------------------------------
     def _nearest(self, node: Nearest, d: DataFrame) -> DataFrame:

@@ -105,7 +105,7 @@ class IncrementalQuery:
         elif isinstance(node, Join):
             plan = self.joins[id(node)]
             lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
-                         f"(append-only), lineage key _j = join key, never re-shuffled")
+                         f"(append-only), lineage _j0… = join key, never re-shuffled")
             lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
                          "L._mult · R._mult")
         for c in node.children:
