@@ -35,6 +35,8 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "group_by_expression": ("SELECT x % 3 AS b, sum(y) AS s FROM R GROUP BY x % 3", None),
     "distinct": ("SELECT DISTINCT x FROM R WHERE y IS NOT NULL", None),
     "join_one_to_many": ("SELECT D.name, R.y FROM R JOIN D ON R.x = D.id", None),
+    "join_two_columns": ("SELECT D.name, R.x FROM R JOIN D ON R.x = D.id AND R.y = D.id",
+                         None),
     "join_group_by": (
         "SELECT D.grp, sum(R.y) AS s, count(*) AS c, max(R.y) AS m "
         "FROM R JOIN D ON R.x = D.id GROUP BY D.grp", None),
