@@ -4,8 +4,8 @@
 script runs them again with the initial data multiplied by each of ``--factors`` (the
 increments keep the paper's sizes), and records per size the seconds of the last
 increment incrementally, by Spark SQL recomputation over all data so far, and the Spark
-floor (one job reading and grouping the increment: the least an epoch run by Spark
-costs). Recomputation rescans and re-shuffles all data so far; an incremental group-by
+floor (one job reading the increment into the driver: less than any epoch run by
+Spark can cost). Recomputation rescans and re-shuffles all data so far; an incremental group-by
 epoch reads the increment and the small state of its groups, and a join epoch reads the
 stored join inputs where they lie (no shuffle). So the speed-up grows with the initial
 size; the result says where it reaches 5×.
