@@ -5,16 +5,17 @@ script runs them again with the initial data multiplied by each of ``--factors``
 increments keep the paper's sizes), and records per size the seconds of the last
 increment incrementally, by Spark SQL recomputation over all data so far, and the Spark
 floor (one job reading the increment into the driver: less than any epoch run by
-Spark can cost). Recomputation rescans and re-shuffles all data so far; an incremental group-by
-epoch reads the increment and the small state of its groups, and a join epoch reads the
-stored join inputs where they lie (no shuffle). So the speed-up grows with the initial
-size; the result says where it reaches 5×.
+Spark can cost). Recomputation rescans and re-shuffles all data so far; an incremental
+group-by epoch reads the increment and the small state of its groups, and a join epoch
+reads the stored join inputs where they lie (no shuffle). So the speed-up grows with the
+initial size; the result says where it reaches 5×.
 
     python benchmarks/queries_scale.py [--quick] --json PATH [--plot PATH.png]
 
 JSON: ``{"queries": {"groupby": [{"initial": N, "incremental": [s…], "recompute": [s…],
 "spark_floor": [s…], "speedup_last": x, "floor_bound_last": y, "answers_equal": b}, …],
-"join_groupby": […]}, "summary": {…}}`` (seconds per increment, the initial epoch first).
+"join_groupby": […]}, "summary": {…}}`` (seconds per increment, the initial epoch first;
+the floor has none for the initial data).
 """
 
 from __future__ import annotations
