@@ -196,6 +196,19 @@ def spark_floor(spark, incs, repeats: int = 5) -> list[dict]:
     return rows
 
 
+def compare(spark, metrics, tmp: Path, name: str, incs, partitions: int) -> dict:
+    """Query ``name`` over ``incs`` incrementally (home under ``tmp``), by recomputation and
+    as the Spark floor: ``{"incremental", "recompute", "spark_floor", "answers_equal"}``.
+    Stops the benchmark if the two answers differ."""
+    inc, a = run_incremental(spark, metrics, tmp / f"home-{name}", name, incs, partitions)
+    with shuffle_partitions(spark, partitions):
+        rec, b = run_recompute(spark, metrics, tmp, name, incs)
+        floor = spark_floor(spark, incs)
+    if not same_answers(a, b):
+        raise SystemExit(f"{name}: incremental and recomputed answers differ")
+    return {"incremental": inc, "recompute": rec, "spark_floor": floor, "answers_equal": True}
+
+
 def same_answers(a: list[dict], b: list[dict]) -> bool:
     def norm(rows):
         return sorted(tuple(round(v, 6) if isinstance(v, float) else v for v in r.values())
@@ -428,16 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                     "config": cfg, "queries": {}}
     try:
         for name in [q for q in QUERIES if q in only]:
-            inc, a = run_incremental(spark, metrics, tmp / f"home-{name}", name, data[name],
-                                     args.partitions)
-            with shuffle_partitions(spark, args.partitions):
-                rec, b = run_recompute(spark, metrics, tmp, name, data[name])
-                floor = spark_floor(spark, data[name])
-            result["queries"][name] = {"incremental": inc, "recompute": rec,
-                                       "spark_floor": floor,
-                                       "answers_equal": same_answers(a, b)}
-            if not result["queries"][name]["answers_equal"]:
-                raise SystemExit(f"{name}: incremental and recomputed answers differ")
+            result["queries"][name] = compare(spark, metrics, tmp, name, data[name],
+                                              args.partitions)
         measure = {"kmeans": kmeans_error, "pagerank": pagerank_l1}
         for name, files in iterative_batches(cfg, only).items():
             data[name] = [{"f": f} for f in files]
