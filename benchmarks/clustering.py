@@ -17,7 +17,7 @@ each in its own home, direct mode:
 
 Each increment is ingested and then run epoch by epoch (``Controller.run(max_epochs=1)``
 until idle: an epoch for the edges, one more for the last messages). Per epoch: wall
-seconds, Spark shuffle write bytes (:class:`strata.physical.metrics.SparkMetrics`), state
+seconds, Spark shuffle write bytes (:class:`strata.observability.spark_metrics.SparkMetrics`), state
 bytes read (and the part of them read to compact the inner state's runs) and on disk, keys
 called, records in and out. All variants must end with identical coefficients (state and
 the latest ``coefficients`` output per node), equal to ``networkx.clustering`` when
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     wall0, load0 = time.perf_counter(), os.getloadavg()
     import pyspark
 
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     batches = generate_increments(preload + n, size, args.seed)

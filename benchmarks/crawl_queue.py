@@ -7,7 +7,7 @@ worth of pages, ingested and run before the measured increments, not timed), the
 ``increments`` batches of newly crawled pages, so the state is large next to each
 increment, as for a crawler that has been running a while. Per increment it measures
 the wall time of ``Controller.run()`` (ingest not included) and Spark's own shuffle
-write bytes for its jobs (:class:`strata.physical.metrics.SparkMetrics`):
+write bytes for its jobs (:class:`strata.observability.spark_metrics.SparkMetrics`):
 
 * ``landmark`` — recompute from all data so far: the *same dataflow* in a fresh home, in
   direct mode, with one ingest of the initial crawl and increments 1..e (its queue is then the full
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     n, size = args.increments or sizes["increments"], args.size or sizes["size"]
 
     wall0, load = time.perf_counter(), os.getloadavg()
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     t0 = time.perf_counter()

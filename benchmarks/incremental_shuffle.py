@@ -4,7 +4,7 @@ Runs the URL-count stage (``strata.apps.urlcount``) with its state pre-loaded to
 then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``) and
 both state groupings (``outer``, ``inner``), for several values of S. Per epoch it records
 the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
-the driver's REST API through :class:`strata.physical.metrics.SparkMetrics`), the state
+the driver's REST API through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
 bytes read / on disk reported by the runner, and the exact number of state records.
 
     python benchmarks/incremental_shuffle.py [--quick] --json PATH [--plot PATH.png]
@@ -78,14 +78,14 @@ class Workload:
 
 
 def _write_urls(uri: str, ids: np.ndarray) -> tuple[str, int, int]:
-    from strata.physical.increments import write_table
+    from strata.storage.increments import write_table
 
     table = pa.table({"url": pa.array([url(int(n)) for n in ids], pa.string())}, URL_SCHEMA)
     return uri, len(ids), write_table(uri, table)
 
 
 def _increment(root: Path, name: str, ids: np.ndarray, files: int):
-    from strata.physical.increments import Increment
+    from strata.storage.increments import Increment
 
     parts = [
         _write_urls(str(root / f"{name}-part{i}.parquet"), chunk)
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     import pyspark
 
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")

@@ -10,7 +10,7 @@ of ``size`` links each (some to or from new pages). After each batch it measures
   whole graph so far: every page is new, so it computes PageRank from scratch;
 
 the wall time of ``Controller.run()`` (ingest not included), Spark's own shuffle write bytes
-for its jobs (:class:`strata.physical.metrics.SparkMetrics`), the fraction of pages the
+for its jobs (:class:`strata.observability.spark_metrics.SparkMetrics`), the fraction of pages the
 round recomputed (from the dataflow's ``rounds`` summary: pages whose score the round
 changed, or that received a changed contribution) and the L1 distance of its ranks from
 ``networkx.pagerank(G, alpha=0.85)``.
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     batches, size = args.batches or sizes["batches"], args.size or sizes["size"]
 
     wall0, load = time.perf_counter(), os.getloadavg()
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     increments = generate_increments(initial, batches, size, args.seed)

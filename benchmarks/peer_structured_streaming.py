@@ -29,7 +29,7 @@ the benchmark copies the increment's file into the watched directory and times
 ``spark.sql.streaming.pollingDelay``, set to 50 ms); the query's own ``triggerExecution``
 time is kept too. ``transformWithState*`` need the ``protobuf`` package (test extra).
 Spark shuffle write bytes per increment come from the REST API
-(:class:`strata.physical.metrics.SparkMetrics`; for streams, the query's job group). All
+(:class:`strata.observability.spark_metrics.SparkMetrics`; for streams, the query's job group). All
 methods' final counts are checked against the last full recomputation.
 
     python benchmarks/peer_structured_streaming.py [--quick] --json PATH [--plot PATH.png]
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pyspark
 
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     spark = get_spark(args.master, app_name="strata-bench-peer")

@@ -10,7 +10,7 @@ incremental answer is):
   R.x`` over two 100K inputs (R keyed by ``k``), then nine increments of 10K rows each.
 
 Per increment it records wall seconds and Spark's shuffle write bytes
-(:class:`strata.physical.metrics.SparkMetrics`), and checks that the incremental answer
+(:class:`strata.observability.spark_metrics.SparkMetrics`), and checks that the incremental answer
 equals the recomputed one. It also times the *Spark floor*: one job reading the increment
 into the driver, less than any epoch run as Spark jobs can cost.
 
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only or [*QUERIES, *ITERATIVE])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(ROOT / "src"))
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     cfg = QUICK if args.quick else FULL

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(ROOT / "src"))
-    from strata.physical.metrics import SparkMetrics
+    from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
     base = q.QUICK if args.quick else q.FULL

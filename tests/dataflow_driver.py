@@ -26,11 +26,11 @@ import pyarrow as pa
 
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
-from strata.physical import fs
-from strata.physical.increments import Increment, read_records, write_table
 from strata.physical.runner import SparkStageRunner
-from strata.physical.store import read_all
 from strata.reference import ReferenceExecutor
+from strata.storage import fs
+from strata.storage.increments import Increment, read_records, write_table
+from strata.storage.partition_store import read_all
 
 Record = dict[str, Any]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
-from strata.physical.increments import Increment, write_table
+from strata.storage.increments import Increment, write_table
 
 _seq = itertools.count()
 

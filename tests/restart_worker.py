@@ -9,10 +9,10 @@ import json
 import sys
 
 from strata.apps.urlcount import urlcount_dataflow
-from strata.physical.increments import read_records
-from strata.physical.metrics import SparkMetrics
+from strata.observability.spark_metrics import SparkMetrics
 from strata.physical.runner import SparkStageRunner
 from strata.physical.session import get_spark
+from strata.storage.increments import read_records
 
 STATE_URLS = 20_000
 NUM_PARTITIONS = 4

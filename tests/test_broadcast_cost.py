@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata import ALL, Dataflow, Input, Multicast, State
-from strata.physical.metrics import SparkMetrics
+from strata.observability.spark_metrics import SparkMetrics
 from strata.physical.runner import SparkStageRunner
 from tests.helpers import increment
 

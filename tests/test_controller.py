@@ -9,8 +9,8 @@ import pytest
 
 from strata import Dataflow, Input, State
 from strata.controller import Controller, HomeLockedError, IngestError
-from strata.controller.runnability import lookup_table, prefer, runnable_any, synchronized
-from strata.physical.increments import read_records
+from strata.model.runnability import lookup_table, prefer, runnable_any, synchronized
+from strata.storage.increments import read_records
 
 
 def _controller(tmp_path: Path, df: Dataflow, spark, **kw) -> Controller:

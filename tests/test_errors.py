@@ -199,7 +199,7 @@ def test_records_are_what_their_schema_makes_them_in_every_mode(spark, tmp_path,
     for _ in range(2):
         runner.run_epoch(st, {"items": increment(tmp_path, items, batch)})
         expected = ref.run(st, {"items": batch})["seen"]
-    from strata.physical.increments import read_records
+    from strata.storage.increments import read_records
 
     got = read_records(runner.committed(st).outputs["seen"].files)
     assert got == expected == [{"k": "a", "m_type": "dict", "total_type": "float"}]

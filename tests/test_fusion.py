@@ -6,11 +6,11 @@ import pytest
 
 from strata import Dataflow, Input, State, TranslateError
 from strata.apps.urlcount import count_urls
+from strata.observability.spark_metrics import SparkMetrics
 from strata.physical.fusion import plan
-from strata.physical.increments import read_records
-from strata.physical.metrics import SparkMetrics
 from strata.physical.runner import SparkStageRunner
 from strata.reference import ReferenceExecutor
+from strata.storage.increments import read_records
 from tests.helpers import increment
 
 

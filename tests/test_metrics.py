@@ -1,4 +1,4 @@
-"""Tests of strata.physical.metrics against a real local Spark (no mocks).
+"""Tests of strata.observability.spark_metrics against a real local Spark (no mocks).
 
 The session-scoped ``spark`` fixture (local[2]) comes from tests/conftest.py.
 """
@@ -9,7 +9,7 @@ from operator import add
 
 import pytest
 
-from strata.physical.metrics import JobMetrics, SparkMetrics, current_job_group
+from strata.observability.spark_metrics import JobMetrics, SparkMetrics, current_job_group
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from strata.controller import Controller
-from strata.physical.increments import read_records
 from strata.physical.runner import SparkStageRunner
+from strata.storage.increments import read_records
 from tests.recovery.harness import crash_run, ingest_all
 from tests.recovery.pipeline import build_dataflow
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata.model.keys import encode_key, hash64
-from strata.physical import store
-from strata.physical.store import PartitionStore, RunInfo, read_all
+from strata.storage import partition_store as store
+from strata.storage.partition_store import PartitionStore, RunInfo, read_all
 
 
 def ent(key, records):

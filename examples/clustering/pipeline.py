@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from strata import Dataflow, Emitter, Input, Multicast, State
-from strata.controller.runnability import runnable_any
+from strata.model.runnability import runnable_any
 
 EDGES_SCHEMA = "src bigint, dst bigint"
 # a node's full neighbour list, multicast to its neighbourhood

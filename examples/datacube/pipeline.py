@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from strata import Dataflow, Emitter, Input, State
-from strata.controller.runnability import prefer
+from strata.model.runnability import prefer
 
 BUCKET_DAYS = 7  # a cube cell covers one week of one product in one region
 

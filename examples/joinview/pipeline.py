@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from strata import Dataflow, Emitter, Input, State
-from strata.controller.runnability import runnable_any
+from strata.model.runnability import runnable_any
 
 VIEW_SQL = """
 SELECT R.k, count(*) AS n, sum(S.b) AS total, max(R.a) AS max_a

@@ -71,7 +71,7 @@ from functools import partial
 from typing import Any
 
 from strata import ALL, All, Dataflow, Emitter, Input, State
-from strata.controller.runnability import Decision
+from strata.model.runnability import Decision
 
 ALPHA = 0.85  # damping
 THRESHOLD = 0.005  # a page passes its change on once its score moved this much

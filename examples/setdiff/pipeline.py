@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from strata import Dataflow, Emitter, Input, State
-from strata.controller.runnability import synchronized
+from strata.model.runnability import synchronized
 
 CRAWL_SCHEMA = "url string, ts long"
 ONLY_SCHEMA = "hour long, url string, ts long"  # hour = ts // 3600; ts = first sighting

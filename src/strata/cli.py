@@ -107,7 +107,7 @@ def _existing_home(home: Path) -> str:
 
 
 def _catalog(home: str):
-    from strata.controller.catalog import Catalog
+    from strata.storage.catalog import Catalog
 
     return Catalog(os.path.join(home, "catalog.sqlite"))
 
@@ -355,8 +355,8 @@ def ingest(
 
 # -- status ----------------------------------------------------------------------------
 def _stage_dir(home: str, stage: str):
-    from strata.physical import fs
-    from strata.physical.state import StateDir
+    from strata.storage import fs
+    from strata.storage.manifest import StateDir
 
     return StateDir(fs.join(home, "state", stage), stage)
 
@@ -576,7 +576,7 @@ def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
         picked = incs
     else:
         picked = incs[-1:]
-    from strata.physical.increments import read_records
+    from strata.storage.increments import read_records
 
     recs = [r for _, _, inc in picked for r in read_records(inc.files)]
     eps = [e for _, e, _ in picked]

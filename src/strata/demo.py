@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from strata.apps.urlcount import urlcount_dataflow
-from strata.physical.increments import Increment, write_table
 from strata.physical.runner import SparkStageRunner
 from strata.physical.session import get_spark
+from strata.storage.increments import Increment, write_table
 
 
 def sample_days() -> list[Path]:

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from strata.controller import Controller
-from strata.physical import fs
-from strata.physical.increments import read_records
-from strata.physical.state import StateDir
 from strata.queries import execution
+from strata.storage import fs
+from strata.storage.increments import read_records
+from strata.storage.manifest import StateDir
 from tests.queries.test_shapes import duckdb_answer, net_changes, normalized
 from tests.recovery import query_pipeline
 from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker

@@ -15,7 +15,7 @@ from strata import Dataflow
 from strata.cli import app
 from strata.controller.controller import Controller
 from strata.model.errors import EpochError
-from strata.physical.metrics import SparkMetrics
+from strata.observability.spark_metrics import SparkMetrics
 from strata.queries import NotIncrementalError, QueryError, UserAggregate, add_query
 
 PIPELINE = Path(__file__).parents[1] / "pipelines" / "urlcount_pipeline.py"

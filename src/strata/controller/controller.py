@@ -36,17 +36,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
-from strata.controller.catalog import Catalog
-from strata.controller.runnability import normalize, runnable_all
 from strata.faults import crashpoint
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
+from strata.model.runnability import normalize, runnable_all
 from strata.model.schema import to_arrow_schema, to_ddl, to_table
-from strata.physical import fs
 from strata.physical.fusion import PhysicalStage, plan
-from strata.physical.increments import Increment, iter_records, write_table
 from strata.physical.runner import SparkStageRunner
-from strata.physical.state import StateDir
+from strata.storage import fs
+from strata.storage.catalog import Catalog
+from strata.storage.increments import Increment, iter_records, write_table
+from strata.storage.manifest import StateDir
 
 INGEST = "ingest"
 PUNCTUATION = {"__end_of_frame__": True}

@@ -38,13 +38,13 @@ from pyspark.sql import DataFrame, SparkSession
 from strata.faults import crash_later, crashpoint
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
-from strata.physical import fs
 from strata.physical.fusion import NO_FUSION, Fusion
-from strata.physical.increments import Increment
 from strata.physical.session import get_spark
-from strata.physical.state import StateDir, StateSnapshot
-from strata.physical.store import RunInfo
 from strata.physical.tasks import EpochTask
+from strata.storage import fs
+from strata.storage.increments import Increment
+from strata.storage.manifest import StateDir, StateSnapshot
+from strata.storage.partition_store import RunInfo
 
 MODES = ("direct", "blackbox")
 # An input file of more than twice this many records is read by several map tasks (row

@@ -42,10 +42,10 @@ from strata.model.route_eval import (
     state_key,
 )
 from strata.model.schema import records_of, to_table
-from strata.physical import fs
 from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
-from strata.physical.increments import iter_batches, iter_records, write_table
-from strata.physical.store import PartitionStore, RunInfo
+from strata.storage import fs
+from strata.storage.increments import iter_batches, iter_records, write_table
+from strata.storage.partition_store import PartitionStore, RunInfo
 
 # Tags of the items the map side sends to partitions.
 K, B, M, R, P, A, S, E = "K", "B", "M", "R", "P", "A", "S", "E"

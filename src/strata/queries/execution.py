@@ -40,12 +40,12 @@ from sqlglot import exp
 from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
 from strata.model.schema import parse_ddl
-from strata.physical import fs
-from strata.physical.increments import Increment, write_table
-from strata.physical.state import StateSnapshot
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan, scanned
+from strata.storage import fs
+from strata.storage.increments import Increment, write_table
+from strata.storage.manifest import StateSnapshot
 
 if TYPE_CHECKING:
     from strata.model.dataflow import Stage

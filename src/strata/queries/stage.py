@@ -18,12 +18,10 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from strata.controller.runnability import runnable_any
 from strata.model.dataflow import Dataflow, Input, Stage
 from strata.model.errors import StrataError
+from strata.model.runnability import runnable_any
 from strata.model.schema import parse_ddl, to_ddl, type_ddl
-from strata.physical.increments import read_records
-from strata.physical.state import StateSnapshot
 from strata.queries.algebra import Query
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError
@@ -34,6 +32,8 @@ from strata.queries.iteration import Iteration, IterationProgram, compile_iterat
 from strata.queries.monoids import UserAggregate
 from strata.queries.recompute import RecomputeProgram
 from strata.queries.sql import parse_sql
+from strata.storage.increments import read_records
+from strata.storage.manifest import StateSnapshot
 
 log = logging.getLogger(__name__)
 

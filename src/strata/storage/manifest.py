@@ -20,9 +20,9 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 
-from strata.physical import fs
-from strata.physical.increments import Increment
-from strata.physical.store import RunInfo
+from strata.storage import fs
+from strata.storage.increments import Increment
+from strata.storage.partition_store import RunInfo
 
 
 @dataclass
@@ -107,8 +107,8 @@ class StateDir:
     def records(self, snap: StateSnapshot | None = None) -> list[dict]:
         """The committed state records (no Spark needed): direct-mode runs plus records
         bound for another partition, or the black-box state files."""
-        from strata.physical.increments import read_records
-        from strata.physical.store import read_all
+        from strata.storage.increments import read_records
+        from strata.storage.partition_store import read_all
 
         snap = snap or self.current()
         if snap.tables:  # a compiled query: rows of each table, marked with its name
@@ -132,7 +132,7 @@ class StateDir:
 
     def gc(self, keep: StateSnapshot) -> None:
         """Delete state files and manifests the committed snapshot no longer references."""
-        from strata.physical.store import PartitionStore
+        from strata.storage.partition_store import PartitionStore
 
         for name in fs.list_dir(self.root):
             if name.startswith("p") and name[1:].isdigit():

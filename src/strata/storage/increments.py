@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from strata.model.schema import records_of
-from strata.physical.fs import resolve
+from strata.storage.fs import resolve
 
 
 @dataclass(frozen=True)
