@@ -27,6 +27,7 @@ import pyarrow as pa
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
 from strata.physical.runner import SparkStageRunner
+from strata.physical.translate import TranslateState
 from strata.reference import ReferenceExecutor
 from strata.storage import fs
 from strata.storage.increments import Increment, read_records, write_table
@@ -196,7 +197,7 @@ def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Re
     the state until the next epoch merges them. Black-box mode: the Parquet files of
     ``snapshot.blackbox`` (and pending ``"P"`` items, should there be any).
     """
-    snap = runner.committed(stage)
+    snap = TranslateState.from_json(runner.committed(stage).state)
     if snap.mode == "blackbox":
         records = read_records(snap.blackbox)
     else:

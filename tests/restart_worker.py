@@ -12,6 +12,7 @@ from strata.apps.urlcount import urlcount_dataflow
 from strata.observability.spark_metrics import SparkMetrics
 from strata.physical.runner import SparkStageRunner
 from strata.physical.session import get_spark
+from strata.physical.translate import TranslateState
 from strata.storage.increments import read_records
 
 STATE_URLS = 20_000
@@ -37,7 +38,8 @@ def run(spark, home: str, mode: str, phase: str) -> dict:
     recs = load_records() if phase == "load" else increment_records()
     inc = increment(home, df.flows["urls"], recs)
     before = runner.committed(stage)
-    data_bytes = sum(r.data_bytes for runs in before.runs.values() for r in runs)
+    runs = TranslateState.from_json(before.state).runs
+    data_bytes = sum(r.data_bytes for rs in runs.values() for r in rs)
     with SparkMetrics(spark).measure(f"restart-{phase}") as m:
         res = runner.run_epoch(stage, {"urls": inc})
     counts = {r["url"]: r["count"] for r in read_records(res.outputs["counts"].files)}

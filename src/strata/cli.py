@@ -9,7 +9,6 @@ code 1; a home held by another controller exits with 2.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.model.errors import StrataError
+from strata.storage.home import Home
 
 EXIT_ERROR = 1
 EXIT_LOCKED = 2
@@ -100,7 +100,7 @@ def _home_path(home: Path) -> str:
 
 def _existing_home(home: Path) -> str:
     path = _home_path(home)
-    if not os.path.isfile(os.path.join(path, "catalog.sqlite")):
+    if not Home(path).exists():
         raise StrataError(f"no strata home at {home}; `strata run PIPELINE --home {home}` "
                           "creates one")
     return path
@@ -109,7 +109,7 @@ def _existing_home(home: Path) -> str:
 def _catalog(home: str):
     from strata.storage.catalog import Catalog
 
-    return Catalog(os.path.join(home, "catalog.sqlite"))
+    return Catalog(Home(home).catalog_path)
 
 
 def _dumps(obj: Any, **kw: Any) -> str:
@@ -355,10 +355,9 @@ def ingest(
 
 # -- status ----------------------------------------------------------------------------
 def _stage_dir(home: str, stage: str):
-    from strata.storage import fs
     from strata.storage.manifest import StateDir
 
-    return StateDir(fs.join(home, "state", stage), stage)
+    return StateDir(Home(home).stage(stage))
 
 
 def collect_status(home: str) -> dict:
@@ -372,7 +371,8 @@ def collect_status(home: str) -> dict:
             snap = _stage_dir(home, name).current()
             stages.append({
                 "stage": name, "epochs": row["epochs"], "state_epoch": snap.epoch,
-                "state_bytes": snap.total_bytes, "mode": snap.mode if snap.epoch else None,
+                "state_bytes": snap.state_bytes, "kind": snap.kind or None,
+                "mode": snap.state.get("mode"),
                 "partitions": snap.num_partitions or None, "last_run": row["last_run"],
                 "waiting_since": row["waiting_since"],
             })
@@ -422,12 +422,13 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
         console = _out()
         console.print(f"strata home [bold]{escape(info['home'])}[/]")
         t = Table(title="stages", title_justify="left")
-        for col in ("stage", "epochs", "state", "partitions", "mode", "last run"):
+        for col in ("stage", "kind", "epochs", "state", "partitions", "last run"):
             t.add_column(col, justify="right" if col in ("epochs", "state", "partitions")
                          else "left")
         for s in info["stages"]:
-            t.add_row(s["stage"], str(s["epochs"]), _size(s["state_bytes"]),
-                      str(s["partitions"] or "—"), s["mode"] or "—", _when(s["last_run"]))
+            kind = " ".join(x for x in (s["kind"], s["mode"] and f"({s['mode']})") if x)
+            t.add_row(s["stage"], kind or "—", str(s["epochs"]), _size(s["state_bytes"]),
+                      str(s["partitions"] or "—"), _when(s["last_run"]))
         console.print(t)
         t = Table(title="queued input (per flow and consuming stage)", title_justify="left")
         for col in ("flow", "consumer", "increments", "records", "not yet framed",
@@ -523,7 +524,9 @@ def state_records(home: str, stage: str) -> tuple[int, list[dict]]:
     """
     sd = _stage_dir(home, stage)
     snap = sd.current()
-    return snap.epoch, sd.records(snap)
+    from strata.physical.program import read_state
+
+    return snap.epoch, read_state(sd.layout, snap)
 
 
 def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
@@ -545,7 +548,8 @@ def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
                 raise StrataError(f"stage {stage!r} keeps only its current state (epoch "
                                   f"{current}), not epoch {epoch}")
             return f"state of {stage} after epoch {current}", recs
-        if flow in stages and flow not in flows and _stage_dir(home, flow).current().query:
+        if (flow in stages and flow not in flows
+                and _stage_dir(home, flow).current().kind == "query"):
             if all_ or epoch is not None:
                 raise StrataError(f"{flow!r} is a query: only its current answer is kept "
                                   f"(its changes are the flow {flow}_changes)")

@@ -29,6 +29,7 @@ import pytest
 from strata.controller import Controller
 from strata.queries import execution
 from strata.storage import fs
+from strata.storage.home import Home
 from strata.storage.increments import read_records
 from strata.storage.manifest import StateDir
 from tests.queries.test_shapes import duckdb_answer, net_changes, normalized
@@ -144,20 +145,20 @@ def test_no_file_is_left_that_the_manifest_does_not_name(chains, chain):
     home, logs = chains[chain]
     with _controller(home) as c:
         for query in query_pipeline.QUERIES:
-            sd = StateDir(fs.join(c.home, "state", query), query)
+            sd = StateDir(Home(c.home).stage(query))
             snap = sd.current()
             assert snap.epoch == 2, (query, logs)
-            tables = fs.join(sd.root, "tables")
+            tables = sd.layout.tables_root
             stored = {fs.join(tables, t, f) for t in fs.list_dir(tables)
                       for f in fs.list_dir(fs.join(tables, t))}
-            named = {f for t in snap.tables.values() for f in t["files"]}
+            named = {f for t in snap.state["tables"].values() for f in t["files"]}
             assert stored == named, (query, sorted(stored ^ named), logs)
             assert sorted(fs.list_dir(sd.root)) == [
                 "CURRENT", f"manifest-{snap.epoch:08d}.json", "tables"], (query, logs)
-            out = fs.join(c.home, "flows", f"{query}_changes")
             dirs = {f.rsplit("/", 1)[0] for _, inc in c.stored_increments(f"{query}_changes")
                     for f in inc.files}
-            assert {fs.join(out, d) for d in fs.list_dir(out)} == dirs, (query, logs)
+            out = {d for d in Home(c.home).output_dirs() if f"/{query}_changes/" in d}
+            assert out == dirs, (query, logs)
 
 
 def test_chains_end_in_the_same_state_and_changes(chains):

@@ -165,8 +165,8 @@ def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypa
             c.run()
             for k in range(4):
                 bag[k] += 10 * e + k
-        left = c.runner.committed("j").tables["join0_left"]["files"]
-        rows = [r for r in c.runner.state_dir("j").records() if r["_table"] == "join0_left"]
+        left = c.runner.committed("j").state["tables"]["join0_left"]["files"]
+        rows = [r for r in c.state_records("j") if r["_table"] == "join0_left"]
         answer = c.answer("j").to_pylist()
     assert answer == [{"k": 3, "s": bag[3]}]
     net = Counter()

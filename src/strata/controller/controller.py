@@ -42,9 +42,11 @@ from strata.model.errors import StrataError
 from strata.model.runnability import normalize, runnable_all
 from strata.model.schema import to_arrow_schema, to_ddl, to_table
 from strata.physical.fusion import PhysicalStage, plan
+from strata.physical.program import collect_garbage, read_state
 from strata.physical.runner import SparkStageRunner
 from strata.storage import fs
 from strata.storage.catalog import Catalog
+from strata.storage.home import Home
 from strata.storage.increments import Increment, iter_records, write_table
 from strata.storage.manifest import StateDir
 
@@ -93,9 +95,9 @@ class Controller:
         num_partitions: int | None = None,
         fuse: bool = True,
     ) -> None:
-        home = os.fspath(home)
-        self.home = home if "://" in home else os.path.abspath(home)
-        Path(self.home).mkdir(parents=True, exist_ok=True)
+        self.layout = Home(home)
+        self.home = self.layout.root
+        self.layout.create()
         self.catalog = open_catalog(self.home)
         _attach_registered_queries(dataflow, self.catalog)
         self.dataflow = dataflow.validate()
@@ -117,7 +119,7 @@ class Controller:
 
     def lock(self) -> None:
         """Take the home's controller lock, or fail at once naming the holder."""
-        path = os.path.join(self.home, "controller.lock")
+        path = self.layout.lock_path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -145,7 +147,7 @@ class Controller:
             from strata.physical.session import get_spark
 
             spark = self._spark or get_spark(self._master)
-            self._runner = SparkStageRunner(self.home, spark, self.mode, self.num_partitions)
+            self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions)
         return self._runner
 
     # -- registration ---------------------------------------------------------------------
@@ -206,7 +208,7 @@ class Controller:
         """The current answer of the compiled query ``query`` (``.to_pandas()`` for pandas)."""
         from strata.queries.stage import read_answer
 
-        return read_answer(StateDir(fs.join(self.home, "state", query), query).current())
+        return read_answer(StateDir(self.layout.stage(query)).current())
 
     def answer_dataframe(self, query: str) -> DataFrame:
         """The same answer as a Spark DataFrame."""
@@ -215,7 +217,7 @@ class Controller:
 
     def state_records(self, stage: str) -> list[dict]:
         """A stage's committed state records."""
-        return StateDir(fs.join(self.home, "state", stage), stage).records()
+        return read_state(self.layout.stage(stage))
 
     # -- running ------------------------------------------------------------------------
     def run(
@@ -300,16 +302,15 @@ class Controller:
                         records = []
                     key = fk
                     records.append(rec)
-        base = fs.join(self.home, "frames", flow, consumer)
         new_incs = []
         for fk, recs in frames:
             cut += 1
-            uri = fs.join(base, f"frame-{cut:08d}.parquet")
+            uri = self.layout.frame_file(flow, consumer, cut)
             size = write_table(uri, to_table(recs, schema))
             new_incs.append((cut, fk, Increment((uri,), len(recs), size)))
         new_open = None
         if records:
-            uri = fs.join(base, f"open-{cut:08d}-{uuid.uuid4().hex[:6]}.parquet")
+            uri = self.layout.open_frame_file(flow, consumer, cut, uuid.uuid4().hex[:6])
             write_table(uri, to_table(records, schema))
             new_open = {"key": key, "file": uri, "records": len(records)}
         crashpoint("framing-before-commit")
@@ -456,7 +457,7 @@ class Controller:
                 # a crash right after the manifest switch skipped the state's gc: files of
                 # the previous epoch (a query's replaced tables, its staging) would stay
                 # until the stage's next epoch, or for good if it never runs again
-                self.runner.state_dir(unit.stage).gc(committed)
+                collect_garbage(self.layout.stage(name), committed)
                 self._apply(seq, unit, epoch, intent, committed.outputs)
                 report = EpochReport(name, epoch, intent["records_in"],
                                      {f: i.records for f, i in committed.outputs.items()},
@@ -475,7 +476,7 @@ class Controller:
             db.executemany("DELETE FROM increments WHERE id = ?", [(i,) for i, _ in dead])
         crashpoint("gc-after-commit")
         for _, files in dead:
-            _delete_increment_files(files)
+            _delete_increment_files(self.layout, files)
         return len(dead)
 
     def sweep(self) -> int:
@@ -489,30 +490,23 @@ class Controller:
             referenced.add(json.loads(frame)["file"])
         live_dirs = {f.rsplit("/", 1)[0] for f in referenced}
         removed = 0
-        flows_root = fs.join(self.home, "flows")
-        for flow in fs.list_dir(flows_root):
-            for d in fs.list_dir(fs.join(flows_root, flow)):
-                uri = fs.join(flows_root, flow, d)
-                if uri not in live_dirs:
-                    fs.delete_quietly(uri)
-                    removed += 1
-        frames_root = fs.join(self.home, "frames")
-        for flow in fs.list_dir(frames_root):
-            for consumer in fs.list_dir(fs.join(frames_root, flow)):
-                base = fs.join(frames_root, flow, consumer)
-                for name in fs.list_dir(base):
-                    if fs.join(base, name) not in referenced:
-                        fs.delete_quietly(fs.join(base, name))
-                        removed += 1
+        for uri in self.layout.output_dirs():
+            if uri not in live_dirs:
+                fs.delete_quietly(uri)
+                removed += 1
+        for uri in self.layout.frame_files():
+            if uri not in referenced:
+                fs.delete_quietly(uri)
+                removed += 1
         return removed
 
 
-def _delete_increment_files(files: Sequence[str]) -> None:
+def _delete_increment_files(home: Home, files: Sequence[str]) -> None:
     for f in files:
         fs.delete_quietly(f)
-    parents = {f.rsplit("/", 1)[0] for f in files}
+    parents = {f.rsplit("/", 1)[0] for f in files if not home.is_frame_file(f)}
     for d in parents:  # an increment's own directory (not the shared frames/ folders)
-        if "/frames/" not in d and not fs.list_dir(d):
+        if not fs.list_dir(d):
             fs.delete_quietly(d)
 
 
@@ -531,7 +525,7 @@ def _attach_registered_queries(dataflow: Dataflow, catalog: Catalog) -> None:
 
 
 def open_catalog(home: str) -> Catalog:
-    return Catalog(os.path.join(home, "catalog.sqlite"))
+    return Catalog(Home(home).catalog_path)
 
 
 def ingest(
@@ -569,7 +563,7 @@ def ingest(
         table = read_source(source, schema, fmt, flow)
         token = uuid.uuid4().hex[:8]
         # under incoming/: a concurrent controller's sweep never removes an ingest in flight
-        uri = fs.join(home, "incoming", flow, f"{token}", "part-00000.parquet")
+        uri = Home(home).incoming_file(flow, token)
         inc = Increment((uri,), table.num_rows, write_table(uri, table))
         consumers = catalog.consumers(flow)
         with catalog.transaction() as db:

@@ -44,6 +44,7 @@ from strata.model.route_eval import (
 from strata.model.schema import records_of, to_table
 from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
 from strata.storage import fs
+from strata.storage.home import Home, StageLayout
 from strata.storage.increments import iter_batches, iter_records, write_table
 from strata.storage.partition_store import PartitionStore, RunInfo
 
@@ -77,8 +78,8 @@ class EpochTask:
     epoch: int
     mode: str  # "direct" | "blackbox"
     num_partitions: int
-    state_root: str
-    flows_root: str
+    home: Home
+    layout: StageLayout
     token: str
     runs: dict[int, list[RunInfo]] = field(default_factory=dict)
     max_runs: int = 8
@@ -86,16 +87,13 @@ class EpochTask:
 
     # -- naming -----------------------------------------------------------------
     def output_uri(self, flow: str, p: int) -> str:
-        return fs.join(
-            self.flows_root, flow, f"{self.stage.name}-e{self.epoch:08d}-{self.token}",
-            f"part-{p:05d}.parquet",
-        )
+        return Home.output_file(self.output_dir(flow), p)
 
     def output_dir(self, flow: str) -> str:
-        return fs.join(self.flows_root, flow, f"{self.stage.name}-e{self.epoch:08d}-{self.token}")
+        return self.home.output_dir(flow, self.stage.name, self.epoch, self.token)
 
-    def _file(self, sub: str, p: int, ext: str) -> str:
-        return fs.join(self.state_root, sub, f"e{self.epoch:08d}-{self.token}-p{p:05d}.{ext}")
+    def _file(self, directory: str, p: int, ext: str) -> str:
+        return fs.join(directory, f"e{self.epoch:08d}-{self.token}-p{p:05d}.{ext}")
 
     # -- map side ---------------------------------------------------------------
     def map_splits(self, splits: Iterable[tuple]) -> Iterator[tuple[int, tuple]]:
@@ -254,7 +252,7 @@ class _PartitionRun:
         grouping = st.grouping if st is not None else None
         stored: dict[bytes, tuple[Any, list]] = {}
         if st is not None and t.mode == "direct":
-            self.store = PartitionStore(t.state_root, self.p, t.runs.get(self.p, []))
+            self.store = PartitionStore(t.layout.root, self.p, t.runs.get(self.p, []))
             if grouping == "outer":
                 stored = {enc: (key, recs) for enc, key, recs in self.store.scan()}
             else:
@@ -348,7 +346,7 @@ class _PartitionRun:
                             self.local[enc] = [key, list(recs) + (mine[1] if mine else [])]
                 recs = [r for _, rs in self.local.values() for r in rs]
                 if recs:
-                    uri = t._file("blackbox", p, "parquet")
+                    uri = t._file(t.layout.blackbox_dir, p, "parquet")
                     write_table(uri, to_table(recs, st.arrow_schema))
                     result["blackbox"] = uri
             else:
@@ -356,7 +354,7 @@ class _PartitionRun:
                 result["state_bytes_read"] = self.store.bytes_read
                 result["state_bytes_compaction_read"] = self.compaction_read
         if self.remote or self.assoc:
-            uri = t._file("pending", p, "pkl")
+            uri = t._file(t.layout.pending_dir, p, "pkl")
             fs.write_bytes_atomic(uri, pickle.dumps(self.remote + self.assoc, protocol=5))
             result["pending"] = uri
         return result

@@ -19,13 +19,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
-import re
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,19 +36,16 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
-from strata.faults import crashpoint
-from strata.model.errors import EpochError, StrataError
+from strata.model.errors import StrataError
 from strata.model.schema import parse_ddl
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.incremental import GroupPlan, IncrementalQuery, JoinPlan, scanned
 from strata.storage import fs
-from strata.storage.increments import Increment, write_table
+from strata.storage.home import StageLayout
+from strata.storage.increments import Increment, read_records, write_table
 from strata.storage.manifest import StateSnapshot
-
-if TYPE_CHECKING:
-    from strata.model.dataflow import Stage
-    from strata.physical.runner import EpochResult, SparkStageRunner
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
@@ -100,9 +96,9 @@ class _Staged:
 class QueryTables:
     """The state tables of one query stage in one epoch."""
 
-    def __init__(self, spark: SparkSession, root: str, live: Mapping[str, dict], n: int,
-                 token: str, sweep: bool = True) -> None:
-        self.spark, self.root, self.n, self.token = spark, root, n, token
+    def __init__(self, spark: SparkSession, layout: StageLayout, live: Mapping[str, dict],
+                 n: int, token: str, sweep: bool = True) -> None:
+        self.spark, self.layout, self.n, self.token = spark, layout, n, token
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
@@ -111,16 +107,16 @@ class QueryTables:
             self._sweep()
 
     def _dir(self, name: str) -> str:
-        return fs.join(self.root, "tables", name)
+        return self.layout.table_dir(name)
 
     def _sweep(self) -> None:
         """Delete files an interrupted epoch moved into a table but never committed."""
-        for name in fs.list_dir(fs.join(self.root, "tables")):
+        for name in fs.list_dir(self.layout.tables_root):
             keep = set(self.live.get(name, {}).get("files", []))
             for f in fs.list_dir(self._dir(name)):
                 if fs.join(self._dir(name), f) not in keep:
                     fs.delete_quietly(fs.join(self._dir(name), f))
-        fs.delete_quietly(fs.join(self.root, "staging"))
+        fs.delete_quietly(self.layout.staging_dir())
 
     def read(self, name: str) -> DataFrame | None:
         """The committed table (bucketed by its lineage), or None if it has no rows yet."""
@@ -150,7 +146,7 @@ class QueryTables:
         """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
         files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
         the epoch's staged writes, which run together with the epoch's output write."""
-        path = fs.join(self.root, "staging", self.token, f"{name}-{len(self.staged)}")
+        path = fs.join(self.layout.staging_dir(self.token), f"{name}-{len(self.staged)}")
         self.staged.append(_Staged(name, ddl_of(df.schema), mode, list(lineage), path, df))
 
     def writes(self) -> list[Callable[[], None]]:
@@ -299,8 +295,10 @@ class QueryTables:
         return out
 
 
-class QueryProgram:
+class QueryProgram(StageProgram):
     """The compiled form of a query stage: runs its epochs on Spark."""
+
+    kind = "query"
 
     def __init__(self, inc: IncrementalQuery, flow_ddl: Mapping[str, str], output: str,
                  output_ddl: str) -> None:
@@ -333,57 +331,51 @@ class QueryProgram:
             run.tables.stage(ANSWER, changes, [], "append")
         return changes
 
-    def run_epoch(self, runner: SparkStageRunner, stage: Stage,
-                  inputs: Mapping[str, Increment | Sequence[Increment]], epoch: int,
-                  cur: StateSnapshot) -> EpochResult:
-        from strata.physical.runner import EpochResult, _spark_cause
-
-        spark = runner.spark
-        sd = runner.state_dir(stage)
-        n = cur.num_partitions or runner.num_partitions
-        token = uuid.uuid4().hex[:10]
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        spark, n = ctx.spark, ctx.num_partitions
         previous = _set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
-        sc = spark.sparkContext
-        sc.setJobDescription(f"strata query {stage.name} epoch {epoch}")
-        out_dir = fs.join(runner.flows_root, self.output,
-                          f"{stage.name}-e{epoch:08d}-{token}")
+        out_dir = ctx.output_dir(self.output)
         try:
-            tables = QueryTables(spark, sd.root, cur.tables, n, token)
-            run = _EpochRun(self, spark, tables, inputs)
+            tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
+            run = _EpochRun(self, spark, tables, ctx.inputs)
             try:
                 changes = self.evaluate(run)
                 out = changes.selectExpr(*self._output_casts())
                 write_out = functools.partial(self._write_output, out, out_dir,
-                                              _output_tasks(inputs, n))
+                                              _output_tasks(ctx.input_records, n))
                 run_all(spark, [*tables.writes(), write_out])
             finally:
                 run.release()
-        except StrataError:
-            self._discard(out_dir, sd.root)
-            raise
-        except Exception as e:
-            self._discard(out_dir, sd.root)
-            raise EpochError("Spark could not run the query epoch", stage=stage.name,
-                             epoch=epoch, cause=spark_error_summary(e) or _spark_cause(e)
-                             ) from e
         finally:
             _set_confs(spark, previous)
-            sc.setJobDescription(None)
         files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
                  if f.startswith("part-")]
         rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
                    for fsys, path in map(fs.resolve, files))
         outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
-        new_tables = tables.commit_files()
-        snap = StateSnapshot(stage=stage.name, epoch=epoch, mode=runner.mode, num_partitions=n,
-                             outputs=outputs, tables=new_tables, query=self.answer_spec())
-        snap.metrics = {"state_bytes_total": snap.total_bytes,
-                        "state_bytes_total_before": cur.total_bytes}
-        crashpoint("before-manifest")
-        sd.commit(snap)
-        crashpoint("after-manifest")
-        sd.gc(snap)
-        return EpochResult(stage.name, epoch, outputs, snap, snap.metrics)
+        return EpochOutcome(outputs, {"tables": tables.commit_files(),
+                                      "answer": self.answer_spec()}, n)
+
+    # -- the committed state, read from files -------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """Rows of each table, marked with the table's name."""
+        return [{"_table": name, **r} for name, t in _tables_of(snap).items()
+                for r in read_records(t["files"])]
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        return sum(fs.size_of(f) for t in state.get("tables", {}).values() for f in t["files"])
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        referenced = {f for t in _tables_of(keep).values() for f in t["files"]}
+        for table in fs.list_dir(layout.tables_root):
+            for name in fs.list_dir(layout.table_dir(table)):
+                uri = fs.join(layout.table_dir(table), name)
+                if uri not in referenced:
+                    fs.delete_quietly(uri)
+        fs.delete_quietly(layout.staging_dir())
 
     def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
@@ -414,10 +406,6 @@ class QueryProgram:
                            for f in _spark_type(self.output_ddl).fields]
         return self._casts
 
-    @staticmethod
-    def _discard(out_dir: str, root: str) -> None:
-        fs.delete_quietly(out_dir)
-        fs.delete_quietly(fs.join(root, "staging"))
 
 
 def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
@@ -502,24 +490,13 @@ def _set_confs(spark: SparkSession, confs: Mapping[str, str]) -> dict[str, str]:
     return previous
 
 
-def _output_tasks(inputs: Mapping[str, Increment | Sequence[Increment]], n: int) -> int:
+def _output_tasks(records: int, n: int) -> int:
     """How many tasks write an epoch's changes: one per ``OUTPUT_ROWS_PER_TASK`` input
     records (the changes of a group-by are at most twice its input's groups), at most
     ``n``. An epoch's changes are usually small, and a write costs about the same per
     task and file whatever their size."""
-    records = sum(inc.records for incs in inputs.values()
-                  for inc in ([incs] if isinstance(incs, Increment) else incs))
     return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
 
-
-def spark_error_summary(e: Exception) -> str | None:
-    """The first ``[ERROR_CLASS] message`` line of a Spark error (its SQL error class says
-    what failed: a division by zero, an overflow, a bad cast), without the JVM stack."""
-    for line in str(e).splitlines():
-        m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
-        if m:
-            return f"[{m.group(1)}] {m.group(2).strip()}"[:500]
-    return None
 
 
 class _EpochRun:
@@ -801,3 +778,8 @@ def output_ddl(columns: Mapping[str, str]) -> str:
     """The DDL of a query's output flow: its columns and the multiplicity."""
     return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
 
+
+
+def _tables_of(snap: StateSnapshot) -> dict[str, dict]:
+    """A query stage's committed tables: name -> files, DDL, lineage (and rows)."""
+    return snap.state.get("tables", {})

@@ -46,7 +46,7 @@ class RecomputeProgram(QueryProgram):
                 tables.stage(name, new, [], "append")
             everything[flow] = rows
         # against empty state, the incremental program's changes are the whole answer
-        scratch = QueryTables(run.spark, tables.root, {}, tables.n, tables.token, sweep=False)
+        scratch = QueryTables(run.spark, tables.layout, {}, tables.n, tables.token, sweep=False)
         whole = _EpochRun(self, run.spark, scratch, {})
         whole.frames = everything
         try:

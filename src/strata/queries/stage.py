@@ -96,12 +96,12 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
 
 def read_answer(snap: StateSnapshot) -> pa.Table:
     """A compiled query's current answer from its committed state (no Spark needed)."""
-    spec = snap.query
+    spec = snap.state.get("answer") if snap.kind == "query" else None
     if not spec:
         raise StrataError(f"stage {snap.stage!r} is not a query, or has not run yet")
     cols = spec["columns"]
     schema = pa.schema([parse_ddl(spec["ddl"]).field(c) for c in cols])
-    rows = read_records(snap.tables.get(spec["table"], {}).get("files", []))
+    rows = read_records(snap.state["tables"].get(spec["table"], {}).get("files", []))
     if spec["grouped"]:
         rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
     else:  # an accumulated bag of changes: net each row's multiplicity

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from strata.model.keys import encode_key, hash64
+from strata.storage.home import StageLayout
 
 Entry = tuple[bytes, Any, list[dict]]
 
@@ -89,7 +90,7 @@ class PartitionStore:
         if "://" not in root:
             root = os.path.abspath(root)
         self.fs, base = pafs.FileSystem.from_uri(root)
-        self.dir = f"{base.rstrip('/')}/p{partition:05d}"
+        self.dir = StageLayout(base.rstrip("/"), "").partition_dir(partition)
         self.partition = partition
         self.runs: list[RunInfo] = list(runs)
         self.bytes_read = 0

@@ -1,0 +1,166 @@
+"""The stage-program contract: how any kind of stage runs one epoch on Spark.
+
+A *program* runs a stage's epochs. Translate stages (a user function per group) and
+compiled queries (DataFrame plans) are two programs; a new kind of stage is a third,
+written against this module only (``docs/architecture.md``, "Adding a new kind of
+stage"). The physical layer calls a program the same way whatever its kind:
+
+1. :class:`EpochContext` gives it the epoch: the stage, the input increments, the
+   last committed snapshot, the home's paths, the Spark session and partition count.
+2. :meth:`StageProgram.run` does the work and writes only new, uniquely named files;
+   it returns an :class:`EpochOutcome` (output increments, the program's own state
+   description, measurements) without committing anything.
+3. :func:`commit` — the one commit sequence of every kind — writes the manifest,
+   switches ``CURRENT`` to it and collects garbage. If ``run`` raised instead,
+   :meth:`StageProgram.discard` removes what it wrote; the committed state is untouched.
+
+Reading the committed state (``strata show STAGE.state``, sizes) and collecting its
+garbage need no dataflow: the manifest names the program's class, and its class methods
+do both from the files alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pyspark.sql import SparkSession
+
+from strata.faults import crashpoint
+from strata.model.dataflow import Stage
+from strata.model.errors import StrataError
+from strata.physical.fusion import NO_FUSION, Fusion
+from strata.storage import fs
+from strata.storage.home import Home, StageLayout
+from strata.storage.increments import Increment
+from strata.storage.manifest import StateDir, StateSnapshot
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """Everything one epoch of one stage is given."""
+
+    stage: Stage
+    epoch: int
+    inputs: Mapping[str, tuple[Increment, ...]]  # input flow -> the epoch's increments
+    committed: StateSnapshot  # the stage's last committed epoch (epoch 0: none yet)
+    home: Home
+    spark: SparkSession
+    num_partitions: int  # state partitions: the committed state's, or the runner's
+    mode: str  # "direct" or "blackbox" (translate stages; others may ignore it)
+    token: str  # unique to this attempt: names every file it writes
+    fusion: Fusion = NO_FUSION  # record-wise stages fused into this one's job
+
+    @property
+    def layout(self) -> StageLayout:
+        return self.home.stage(self.stage.name)
+
+    def output_dir(self, flow: str) -> str:
+        """The directory this attempt writes output ``flow``'s increment into."""
+        return self.home.output_dir(flow, self.stage.name, self.epoch, self.token)
+
+    @property
+    def input_records(self) -> int:
+        return sum(inc.records for incs in self.inputs.values() for inc in incs)
+
+
+@dataclass
+class EpochOutcome:
+    """What a program's epoch wrote, not committed yet."""
+
+    outputs: dict[str, Increment]  # output flow -> its new increment
+    state: dict[str, Any]  # the program's description of its new state (JSON)
+    num_partitions: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class StageProgram(ABC):
+    """Runs the epochs of one kind of stage. Subclasses set :attr:`kind`."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        """Run one epoch, writing only new files; raise an ``EpochError`` on bad input."""
+
+    def discard(self, ctx: EpochContext) -> None:
+        """Remove what a failed :meth:`run` wrote (no manifest references any of it)."""
+        for flow in ctx.stage.output_names:
+            fs.delete_quietly(ctx.output_dir(ctx.fusion.tail(flow)))
+        type(self).collect_garbage(ctx.layout, ctx.committed)
+
+    def describe(self) -> str:
+        """One line for pictures and listings."""
+        return self.kind
+
+    @classmethod
+    @abstractmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        """Delete the program's files under ``layout`` that ``keep`` does not reference."""
+
+    @classmethod
+    @abstractmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """The committed state's records (no Spark needed)."""
+
+    @classmethod
+    @abstractmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        """The size on disk of the state that ``state`` describes."""
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def program_class(snap: StateSnapshot) -> type[StageProgram]:
+    """The program class that wrote ``snap`` (imported by name, as unpickling would)."""
+    module, _, name = snap.program.partition(":")
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in name.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as e:
+        raise StrataError(f"stage {snap.stage!r} was written by program {snap.program!r}, "
+                          f"which cannot be loaded ({e}); install the code that wrote it"
+                          ) from None
+    if not (isinstance(cls, type) and issubclass(cls, StageProgram)):
+        raise StrataError(f"stage {snap.stage!r}: {snap.program!r} is not a stage program")
+    return cls
+
+
+def read_state(layout: StageLayout, snap: StateSnapshot | None = None) -> list[dict]:
+    """A stage's committed state records (empty before its first epoch)."""
+    snap = snap or StateDir(layout).current()
+    return program_class(snap).read_state(layout, snap) if snap.epoch else []
+
+
+def commit(ctx: EpochContext, program: StageProgram, outcome: EpochOutcome) -> StateSnapshot:
+    """Make ``outcome`` the stage's committed epoch, atomically, then collect garbage.
+
+    The manifest is written and ``CURRENT`` switched to it (``StateDir.commit``); before
+    that switch a crash leaves the previous epoch committed, after it this one."""
+    cls = type(program)
+    snap = StateSnapshot(
+        stage=ctx.stage.name, epoch=ctx.epoch, kind=cls.kind, program=class_path(cls),
+        num_partitions=outcome.num_partitions, outputs=outcome.outputs, state=outcome.state,
+        state_bytes=cls.state_bytes(ctx.layout, outcome.state),
+    )
+    snap.metrics = {**outcome.metrics, "state_bytes_total": snap.state_bytes,
+                    "state_bytes_total_before": ctx.committed.state_bytes}
+    sd = StateDir(ctx.layout)
+    crashpoint("before-manifest")
+    sd.commit(snap)
+    crashpoint("after-manifest")
+    collect_garbage(ctx.layout, snap)
+    return snap
+
+
+def collect_garbage(layout: StageLayout, keep: StateSnapshot) -> None:
+    """Delete the stage's files that its committed snapshot ``keep`` does not reference."""
+    if keep.epoch:
+        program_class(keep).collect_garbage(layout, keep)
+        StateDir(layout).drop_old_manifests(keep)

@@ -1,0 +1,221 @@
+"""The program of translate stages: a user function called per group, on Spark.
+
+Two execution modes:
+
+``direct`` (default)
+    The state of partition ``p`` lives in files beside it (``state/<stage>/p…``)
+    and is read by the task that handles partition ``p`` after the shuffle, so only
+    the new input and the state records that move to another partition cross the
+    shuffle. This holds across process restarts because a key's partition is a
+    stable hash of its canonical encoding, not of Python's per-process ``hash``.
+    Inner grouping looks up only the keys of the epoch through a per-run index.
+
+``blackbox``
+    The paper's baseline: the whole state is read, routed and shuffled with the
+    input every epoch, like a plain MapReduce job whose state is another input.
+
+Why this route rather than a co-partitioned ``cogroup`` or a bucketed table
+(``docs/architecture.md``, "State is never re-shuffled"): in PySpark a ``cogroup`` of
+RDDs only skips the state shuffle while the state RDD keeps its partitioner in memory;
+after a restart the state must be re-read and the partitioner is lost. A bucketed
+Parquet table survives restarts but joins through Spark SQL, which cannot call a Python
+``translate`` per group with one iterator per flow, nor read only the state rows of the
+epoch's keys. Reading state by partition index in the task after a ``partitionBy``
+shuffle of the increment keeps both properties, and Spark's own shuffle metrics show
+that only the increment moved.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import cloudpickle
+
+from strata.model.dataflow import Stage
+from strata.model.errors import EpochError, StrataError
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.tasks import EpochTask
+from strata.storage import fs
+from strata.storage.home import StageLayout
+from strata.storage.increments import Increment, read_records
+from strata.storage.manifest import StateSnapshot
+from strata.storage.partition_store import PartitionStore, RunInfo, read_all
+
+MODES = ("direct", "blackbox")
+# An input file of more than twice this many records is read by several map tasks (row
+# slices of the file), up to one task per core, so that one large increment file does
+# not leave all but one core idle on the map side.
+SLICE_RECORDS = 50_000
+
+
+def _identity(p: int) -> int:
+    return p
+
+
+@dataclass
+class TranslateState:
+    """A translate stage's state as its manifest describes it."""
+
+    mode: str = "direct"
+    runs: dict[int, list[RunInfo]] = field(default_factory=dict)  # direct: per partition
+    pending: list[str] = field(default_factory=list)  # records bound for other partitions
+    blackbox: list[str] = field(default_factory=list)  # black-box mode: the whole state
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "pending": self.pending, "blackbox": self.blackbox,
+                "runs": {str(p): [r.to_json() for r in rs] for p, rs in self.runs.items()}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TranslateState:
+        if not d:
+            return cls()
+        return cls(d["mode"], {int(p): [RunInfo.from_json(r) for r in rs]
+                               for p, rs in d["runs"].items()},
+                   list(d["pending"]), list(d["blackbox"]))
+
+
+class TranslateProgram(StageProgram):
+    """Runs a stage's ``translate`` per group (and the record-wise stages fused in)."""
+
+    kind = "translate"
+
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        stage, cur = ctx.stage, ctx.committed
+        before = TranslateState.from_json(cur.state)
+        if cur.epoch and before.mode != ctx.mode and stage.state is not None:
+            raise StrataError(
+                f"stage {stage.name!r} keeps its state in {before.mode!r} mode; run it in "
+                f"that mode (or start from an empty home to switch to {ctx.mode!r})"
+            )
+        for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
+                           for x in c)]:
+            ship_user_code(s)
+        task = EpochTask(
+            stage=stage, epoch=ctx.epoch, mode=ctx.mode, num_partitions=ctx.num_partitions,
+            home=ctx.home, layout=ctx.layout, token=ctx.token, runs=before.runs,
+            fusion=ctx.fusion,
+        )
+        sc = ctx.spark.sparkContext
+        splits: list[tuple] = []
+        for fi, name in enumerate(stage.input_names):
+            for inc in ctx.inputs.get(name, ()):
+                splits += input_splits(fi, inc, sc.defaultParallelism)
+        splits += [("pending", f) for f in before.pending]
+        if ctx.mode == "blackbox":
+            splits += [("blackbox", f) for f in before.blackbox]
+        n = ctx.num_partitions
+        if stage.is_recordwise:
+            rdd = sc.parallelize(splits, max(1, len(splits)))
+            results = rdd.mapPartitionsWithIndex(task.run_unshuffled).collect()
+        else:
+            rdd = sc.parallelize(splits, max(1, min(len(splits), 4 * n)))
+            results = (
+                rdd.mapPartitions(task.map_splits)
+                .partitionBy(n, _identity)
+                .mapPartitionsWithIndex(task.run_shuffled)
+                .collect()
+            )
+        errors = [r["error"] for r in results if "error" in r]
+        if errors:
+            raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
+        return self._outcome(ctx, before, results)
+
+    @staticmethod
+    def _outcome(ctx: EpochContext, before: TranslateState, results: list[dict]
+                 ) -> EpochOutcome:
+        stage = ctx.stage
+        outputs = {ctx.fusion.tail(f): Increment() for f in stage.output_names}
+        for r in sorted(results, key=lambda r: r["partition"]):
+            for flow, (uri, rows, size) in r["outputs"].items():
+                o = outputs[flow]
+                outputs[flow] = Increment(o.files + (uri,), o.records + rows, o.bytes + size)
+        after = TranslateState(mode=ctx.mode)
+        if stage.state is not None and ctx.mode == "direct":
+            after.runs = {r["partition"]: [RunInfo.from_json(x) for x in r.get("runs", [])]
+                          for r in results}
+        after.pending = sorted(r["pending"] for r in results if "pending" in r)
+        after.blackbox = sorted(r["blackbox"] for r in results if "blackbox" in r)
+        read = sum(r.get("state_bytes_read", 0) for r in results)
+        read += sum(fs.size_of(f) for f in before.pending)
+        if ctx.mode == "blackbox":
+            read += sum(fs.size_of(f) for f in before.blackbox)
+        metrics = {
+            "keys_called": sum(r.get("keys_called", 0) for r in results),
+            "state_bytes_read": read,  # lookups, scans, pending files and compaction
+            "state_bytes_compaction_read": sum(r.get("state_bytes_compaction_read", 0)
+                                               for r in results),
+        }
+        return EpochOutcome(outputs, after.to_json(),
+                            ctx.num_partitions if stage.state is not None else 0, metrics)
+
+    # -- the committed state, read from files -------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """Direct-mode runs plus records bound for another partition, or the black-box
+        state files."""
+        st = TranslateState.from_json(snap.state)
+        if st.mode == "blackbox":
+            recs = read_records(st.blackbox)
+        else:
+            recs = [r for _, _, rs in read_all(layout.root, st.runs) for r in rs]
+        for f in st.pending:
+            recs += [item[3] for item in pickle.loads(fs.read_bytes(f)) if item[0] == "P"]
+        return recs
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        st = TranslateState.from_json(state)
+        runs = sum(r.nbytes for rs in st.runs.values() for r in rs)
+        return runs + sum(fs.size_of(f) for f in st.pending + st.blackbox)
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        st = TranslateState.from_json(keep.state)
+        for p in layout.partitions():
+            PartitionStore(layout.root, p, []).delete_unreferenced(st.runs.get(p, []))
+        referenced = set(st.pending) | set(st.blackbox)
+        for directory in (layout.pending_dir, layout.blackbox_dir):
+            for name in fs.list_dir(directory):
+                uri = fs.join(directory, name)
+                if uri not in referenced:
+                    fs.delete_quietly(uri)
+
+
+def input_splits(fi: int, inc: Increment, cores: int) -> list[tuple]:
+    """Map-side splits of input ``fi``'s increment ``inc``: one per file, or row slices
+    ``("input", fi, uri, i, k)`` of large files (the file's records are assumed even)."""
+    files = len(inc.files)
+    per_file = inc.records // max(1, files)
+    k = min(-(-per_file // SLICE_RECORDS), -(-cores // max(1, files)))
+    if per_file < 2 * SLICE_RECORDS or k < 2:
+        return [("input", fi, f) for f in inc.files]
+    return [("input", fi, f, i, k) for f in inc.files for i in range(k)]
+
+
+def ship_user_code(stage: Stage) -> None:
+    """Pickle the stage's user functions by value when workers cannot import their module.
+
+    A pipeline file or a test module is importable in the driver only; its functions
+    would otherwise be pickled as references that the Python workers cannot resolve.
+    """
+    fns = [stage.translate, *(i.route for i in stage.inputs), *(i.order for i in stage.inputs)]
+    if stage.state is not None:
+        fns += [stage.state.route, stage.state.order]
+    for fn in fns:
+        name = getattr(fn, "__module__", None)
+        module = sys.modules.get(name or "")
+        if module is None or name in _BY_VALUE or name.split(".")[0] in _IMPORTABLE:
+            continue
+        origin = getattr(module, "__file__", None) or ""
+        if "site-packages" in origin or "dist-packages" in origin:
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        _BY_VALUE.add(name)
+
+
+_IMPORTABLE = {"strata", "builtins", "operator", "functools"}
+_BY_VALUE: set[str] = set()
