@@ -26,6 +26,8 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(VENV)/bin/python benchmarks/incremental_shuffle.py --quick --json bench-out/incremental_shuffle.json

@@ -1,4 +1,5 @@
-"""Benchmark: does per-epoch work stay proportional to the increment (DESIGN.md §3)?
+"""Benchmark: does per-epoch work stay proportional to the increment (docs/architecture.md,
+"State is never re-shuffled")?
 
 Runs the URL-count stage (``strata.apps.urlcount``) with its state pre-loaded to S records,
 then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``) and
@@ -11,7 +12,7 @@ bytes read / on disk reported by the runner, and the exact number of state recor
                                              [--master URL]
 
 The JSON goes to ``PATH`` and to stdout; a short human summary (and progress) goes to
-stderr. The target ratios (DESIGN.md §3) are computed between the smallest and the largest
+stderr. The target ratios are computed between the smallest and the largest
 S (the largest must be at least 4x the smallest):
 
 * direct shuffle bytes at 4xS / at S            <= 1.1 (only the increment is shuffled)

@@ -150,7 +150,10 @@ def _fused_into(dataflow: Dataflow) -> dict[str, str]:
 
 def _stage_label(stage: Stage, fused_into: str | None) -> str:
     lines = [stage.name]
-    if stage.state is not None:
+    if stage.program is not None:  # a compiled stage (a query, say) keeps its own state
+        describe = getattr(stage.program, "describe", None)
+        lines.append(describe() if callable(describe) else stage.program.kind)
+    elif stage.state is not None:
         st = stage.state
         lines.append(f"state: {st.grouping}, by {describe_key(st.route_by)}")
         if st.order_by is not None:

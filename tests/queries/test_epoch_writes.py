@@ -15,6 +15,7 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import add_query, execution
 from strata.queries.execution import QueryTables
+from strata.storage.home import StageLayout
 
 
 def _bucket_of_rows(files: list[str]) -> dict[int, int]:
@@ -37,7 +38,7 @@ def test_table_files_are_in_sparks_own_buckets(spark, tmp_path, mode):
     spark.sql(f"DROP TABLE strata_test_bucket_reference_{mode}")
     reference = _bucket_of_rows([str(p) for p in (tmp_path / "ref").glob("part-*")])
 
-    tables = QueryTables(spark, str(tmp_path / "state"), {}, n, "token")
+    tables = QueryTables(spark, StageLayout(str(tmp_path / "state"), "t"), {}, n, "token")
     tables.stage("t", df.repartition(3), ["_g"], mode)  # rows not yet in bucket order
     for write in tables.writes():
         write()

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -18,6 +18,15 @@ Record = dict[str, Any]
 KeyFn = Callable[[Record], Any]
 Translate = Callable[..., None]
 STATE = "state"  # the name translate writes state records to: out.write("state", r) / out.state(r)
+
+
+@runtime_checkable
+class StageProgram(Protocol):
+    """What the model knows of a stage's compiled program: its kind. The program runs
+    the stage's epochs instead of a ``translate`` (a compiled query, say); the physical
+    layer defines the whole contract (``strata.physical.program.StageProgram``)."""
+
+    kind: str
 
 
 def _key_fn(spec: str | Sequence[str] | KeyFn | None, what: str) -> KeyFn | None:
@@ -114,8 +123,8 @@ class Stage:
     outputs: list[Flow]
     state: State | None = None
     runnable: Callable[..., Any] | None = None
-    # a compiled program that runs the stage's epochs instead of translate (queries)
-    program: Any = None
+    # a compiled program that runs the stage's epochs instead of translate (e.g. a query)
+    program: StageProgram | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -191,16 +200,17 @@ class Dataflow:
         outputs: Iterable[Flow | str] | Mapping[str, SchemaLike] = (),
         state: State | None = None,
         runnable: Callable[..., Any] | None = None,
-        program: Any = None,
+        program: StageProgram | None = None,
     ) -> Stage:
         """Add a stage. ``outputs`` are declared flows, or a mapping name → schema.
 
         ``program`` (instead of ``translate``) is a compiled program that runs the
-        stage's epochs itself, as :func:`strata.queries.add_query` makes."""
+        stage's epochs itself, as :func:`strata.queries.add_query` makes; any
+        ``strata.physical.program.StageProgram`` plugs in the same way."""
         if name in self.stages:
             raise DataflowError(f"stage {name!r} is declared twice in dataflow {self.name!r}")
         if program is not None:
-            translate = _compiled(name)
+            translate = _compiled(name, program.kind)
         if not callable(translate):
             raise DataflowError(f"stage {name!r}: translate must be a function")
         ins = [i if isinstance(i, Input) else Input(i) for i in inputs]
@@ -296,12 +306,12 @@ class Dataflow:
         return f"Dataflow({self.name!r}, stages={list(self.stages)}, flows={list(self.flows)})"
 
 
-def _compiled(stage: str) -> Translate:
-    def compiled_query(*args: Any, **kwargs: Any) -> None:
-        raise DataflowError(f"stage {stage!r} is a compiled query; it runs on Spark through "
-                            "its program and has no per-record translate")
+def _compiled(stage: str, kind: str) -> Translate:
+    def compiled_program(*args: Any, **kwargs: Any) -> None:
+        raise DataflowError(f"stage {stage!r} is a {kind} stage; it runs through its "
+                            "program and has no per-record translate")
 
-    return compiled_query
+    return compiled_program
 
 
 def _check_arity(stage: str, fn: Callable[..., Any], n_inputs: int, stateful: bool) -> None:

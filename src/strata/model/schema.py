@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import sqlglot
@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from strata.model.errors import DataflowError
 
-SchemaLike = str | pa.Schema | Mapping[str, Any]
+SchemaLike: TypeAlias = "str | pa.Schema | Mapping[str, Any]"
 
 _SIMPLE = {
     exp.DataType.Type.TEXT: pa.string(),
@@ -144,8 +144,8 @@ def to_table(records: Sequence[dict], schema: pa.Schema) -> pa.Table | tuple[int
     for i, rec in enumerate(records):
         # from_pylist silently drops unknown keys and nulls missing ones: check exactly.
         if type(rec) is not dict or rec.keys() != names:
-            j, bad, why = first_misfit(records[i:], schema) or (0, rec, "bad record")
-            return i + j, bad, why
+            misfit = first_misfit(records[i:], schema) or (0, rec, "bad record")
+            return i + misfit[0], misfit[1], misfit[2]
     try:
         return pa.Table.from_pylist(list(records), schema=schema)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):

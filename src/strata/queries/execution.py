@@ -4,7 +4,7 @@ State lives in bucketed Parquet tables under ``state/<stage>/tables/<name>/``, e
 registered in the session's catalog as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at its
 location. Spark then joins a table with an increment bucketed the same way by shuffling
 only the increment: the state side is read where it lies, in every epoch and after
-restarts (DESIGN.md §3). A join's inputs are appended to; a group-by's table is
+restarts (docs/architecture.md, "Query state: bucketed tables"). A join's inputs are appended to; a group-by's table is
 rewritten from the full outer join of state and ``h(Δ)``, which is already partitioned
 by bucket, so the write needs no shuffle either.
 

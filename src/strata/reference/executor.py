@@ -1,9 +1,10 @@
 """The reference executor: one stage epoch, written for clarity rather than speed.
 
-It follows DESIGN.md section 1 literally: route every input record, form the groups
-of the epoch, call translate once per group with one iterator per flow (state
-first), route state writes to their own keys, carry unread state forward under
-inner grouping, and remember associations for the next epoch's multicasts.
+It follows the model (docs/architecture.md, "The model in one page") literally: route
+every input record, form the groups of the epoch, call translate once per group with
+one iterator per flow (state first), route state writes to their own keys, carry unread
+state forward under inner grouping, and remember associations for the next epoch's
+multicasts.
 """
 
 from __future__ import annotations

@@ -216,12 +216,12 @@ class PartitionStore:
         hashes = np.concatenate([e["h"] for e in indexes])
         newest = np.concatenate([np.full(len(e), -i, np.int64) for i, e in enumerate(indexes)])
         order = np.lexsort((newest, hashes))  # stable: a run's equal hashes stay in enc order
-        hs = hashes[order]
-        tied = np.zeros(len(hs) + 1, bool)  # entry k shares its hash with entry k + 1
-        tied[:-2] = hs[1:] == hs[:-1]
+        sorted_hashes = hashes[order]
+        ties = np.zeros(len(sorted_hashes) + 1, bool)  # entry k shares its hash with k + 1
+        ties[:-2] = sorted_hashes[1:] == sorted_hashes[:-1]
         run_of = (-newest[order]).tolist()
         sizes = np.concatenate([e["len"] for e in indexes])[order].tolist()
-        hs, tied = hs.tolist(), tied.tolist()
+        hs, tied = sorted_hashes.tolist(), ties.tolist()
         check = [drop_tombstones and run.tombstones != 0 for run in runs]
         streams = [self.fs.open_input_stream(self._path(run.run_id, "data")) for run in runs]
         self.bytes_read += sum(run.data_bytes for run in runs)
@@ -355,7 +355,7 @@ class PartitionStore:
         if len(runs) > max_runs:
             items = ((t[0], t[4]) for t in self._merge(runs[1:], False, decode=False))
             counts = [r.tombstones for r in runs[1:]]
-            bound = None if None in counts else sum(counts)
+            bound = None if None in counts else sum(c or 0 for c in counts)
             return [runs[0], self._write_sorted(f"{run_id}.m", items, tombstones=bound)]
         return runs
 

@@ -1,0 +1,70 @@
+"""Checks of the architecture's rules that a linter does not make (docs/architecture.md).
+
+The import layers themselves are checked by ``lint-imports`` (contracts in
+``pyproject.toml``), which ``.ci/run`` runs before the tests.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "strata"
+HOME_MODULE = SRC / "storage" / "home.py"
+
+_DIRS = "state|flows|frames|incoming|tables|staging|pending|blackbox|CURRENT"
+HOME_PATH_PATTERNS = [
+    # a home directory joined onto a path
+    re.compile(rf"""(?:fs\.join|os\.path\.join|Path)\([^)\n]*["'](?:{_DIRS})["']"""),
+    # a home directory inside a path string
+    re.compile(rf"""["'][^"'\n]*/(?:{_DIRS})/[^"'\n]*["']"""),
+    # the files of a home and of a stage's state directory
+    re.compile(r"""catalog\.sqlite|controller\.lock|["'/]manifest-|["'/]p\{[a-z_]+:05d\}"""),
+]
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if p != HOME_MODULE)
+
+
+def _code_lines(path: Path) -> list[tuple[int, str]]:
+    """Lines of ``path`` that are code: docstrings and comments may name paths."""
+    text = path.read_text()
+    out, in_doc = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        quotes = stripped.count('"""') + stripped.count("'''")
+        if in_doc:
+            in_doc = quotes % 2 == 0
+            continue
+        if stripped.startswith(('"""', "'''")):
+            in_doc = quotes % 2 == 1
+            continue
+        if stripped.startswith("#"):
+            continue
+        out.append((n, line.split("  #")[0]))
+    return out
+
+
+def test_no_home_path_is_spelled_outside_the_home_module():
+    offenders = [
+        f"{path.relative_to(SRC.parent)}:{n}: {line.strip()}"
+        for path in _python_files()
+        for n, line in _code_lines(path)
+        if any(p.search(line) for p in HOME_PATH_PATTERNS)
+    ]
+    assert not offenders, "home paths belong in strata.storage.home:\n" + "\n".join(offenders)
+
+
+def test_the_home_path_check_finds_a_spelled_path(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('uri = fs.join(home, "state", stage)\nx = f"{home}/flows/{flow}"\n'
+                      'db = Catalog(os.path.join(home, "catalog.sqlite"))\n')
+    lines = [line for _, line in _code_lines(sample)]
+    assert all(any(p.search(line) for p in HOME_PATH_PATTERNS) for line in lines)
+
+
+def test_no_module_cites_a_document_outside_the_repository():
+    cited = [f"{p.relative_to(SRC.parent)}" for p in SRC.rglob("*.py")
+             if "DESIGN.md" in p.read_text()]
+    assert not cited, f"cite docs/architecture.md instead of DESIGN.md: {cited}"
