@@ -32,7 +32,7 @@ from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.increments import read_records
 from strata.storage.manifest import StateDir
-from tests.queries.test_shapes import duckdb_answer, net_changes, normalized
+from tests.queries.oracle import duckdb_answer, net_changes, normalized
 from tests.recovery import query_pipeline
 from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
 
