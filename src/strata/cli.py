@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
 from strata.storage.home import Home
 
@@ -474,14 +475,18 @@ def query(
         "--allow-recompute", help="If the query cannot be kept up to date incrementally "
         "(a many-to-many join), recompute it over all its input every run instead of "
         "refusing it.")] = False,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Replace a query registered under NAME before (its state, queues "
+        "and epochs stay: change only what keeps its columns and inputs).")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
     every later `strata run` of the home keeps its answer up to date (it sees the
-    increments that arrive after it is registered)."""
+    increments that arrive after it is registered). The query is compiled once, here;
+    the home keeps the compiled stage."""
     with _reported():
-        from strata.model.schema import parse_ddl, type_ddl
-        from strata.queries.stage import compile_query
+        from strata.physical.registration import compiled
+        from strata.queries.stage import add_query
 
         root = _existing_home(home)
         keys: dict[str, list[str]] = {}
@@ -492,15 +497,23 @@ def query(
             keys[flow] = cols.split(",")
         catalog = _catalog(root)
         try:
-            flows = {f: {x.name: type_ddl(x.type) for x in parse_ddl(v["schema"])}
-                     for f, v in catalog.flows().items()}
-            if name in catalog.stages() or name in catalog.queries() or name in flows:
-                raise StrataError(f"the home already has a stage or flow named {name!r}")
-            plan = compile_query(sql, flows, keys, allow_recompute=allow_recompute)
+            flows = catalog.flows()
+            registered = {r.name for r in catalog.registered_stages()}
+            registered |= set(catalog.legacy_queries())
+            taken = name in catalog.stages() or name in flows
+            if taken and not (replace and name in registered):
+                raise StrataError(f"the home already has a stage or flow named {name!r}"
+                                  + ("; --replace replaces a registered query"
+                                     if name in registered else ""))
+            scratch = Dataflow("registration")
+            for flow, info in flows.items():
+                if flow != f"{name}_changes":
+                    scratch.source(flow, info["schema"])
+            stage = add_query(scratch, name, sql, keys=keys, allow_recompute=allow_recompute)
+            plan = stage.program.inc
             if not dry_run:
-                catalog.save_query(name, {"sql": sql, "keys": keys,
-                                          "allow_recompute": allow_recompute},
-                                   plan.input_flows)
+                catalog.register_stage(compiled(stage, sql), stage.input_names,
+                                       replace=replace)
         finally:
             catalog.close()
         if json_out:

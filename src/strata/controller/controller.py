@@ -42,13 +42,13 @@ from strata.model.errors import StrataError
 from strata.model.runnability import normalize, runnable_all
 from strata.model.schema import to_arrow_schema, to_ddl, to_table
 from strata.physical.fusion import PhysicalStage, plan
-from strata.physical.program import collect_garbage, read_state
+from strata.physical.program import collect_garbage, read_answer, read_state
+from strata.physical.registration import attach
 from strata.physical.runner import SparkStageRunner
 from strata.storage import fs
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.increments import Increment, iter_records, write_table
-from strata.storage.manifest import StateDir
 
 INGEST = "ingest"
 PUNCTUATION = {"__end_of_frame__": True}
@@ -99,7 +99,7 @@ class Controller:
         self.home = self.layout.root
         self.layout.create()
         self.catalog = open_catalog(self.home)
-        _attach_registered_queries(dataflow, self.catalog)
+        _attach_registered_stages(dataflow, self.catalog)
         self.dataflow = dataflow.validate()
         units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
@@ -206,9 +206,7 @@ class Controller:
 
     def answer(self, query: str) -> pa.Table:
         """The current answer of the compiled query ``query`` (``.to_pandas()`` for pandas)."""
-        from strata.queries.stage import read_answer
-
-        return read_answer(StateDir(self.layout.stage(query)).current())
+        return read_answer(self.layout.stage(query))
 
     def answer_dataframe(self, query: str) -> DataFrame:
         """The same answer as a Spark DataFrame."""
@@ -514,14 +512,18 @@ def name_of(unit: PhysicalStage) -> str:
     return unit.stage.name
 
 
-def _attach_registered_queries(dataflow: Dataflow, catalog: Catalog) -> None:
-    """Add the queries ``strata query`` registered in the home as stages of ``dataflow``."""
-    from strata.queries.stage import add_query  # the query layer builds on this one
-
-    for name, spec in catalog.queries().items():
-        if name not in dataflow.stages:
-            add_query(dataflow, name, spec["sql"], keys=spec.get("keys") or None,
-                      allow_recompute=spec.get("allow_recompute", False))
+def _attach_registered_stages(dataflow: Dataflow, catalog: Catalog) -> None:
+    """Add the stages registered in the home (``strata query``) to ``dataflow``, compiled
+    as they were registered."""
+    legacy = [q for q in catalog.legacy_queries() if q not in dataflow.stages]
+    if legacy:
+        raise StrataError(
+            f"this home has queries registered by an older strata as SQL text: "
+            f"{', '.join(legacy)}; register each again with `strata query --replace --name "
+            "NAME SQL --home HOME`")
+    for reg in catalog.registered_stages():
+        if reg.name not in dataflow.stages:
+            attach(dataflow, reg)
 
 
 def open_catalog(home: str) -> Catalog:

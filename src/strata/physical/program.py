@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from strata.faults import crashpoint
@@ -81,6 +82,9 @@ class StageProgram(ABC):
     """Runs the epochs of one kind of stage. Subclasses set :attr:`kind`."""
 
     kind: ClassVar[str]
+    # bump when a pickled program of the class changes shape: a stage registered in a
+    # home (physical/registration.py) keeps the version it was compiled with
+    format_version: ClassVar[int] = 1
 
     @abstractmethod
     def run(self, ctx: EpochContext) -> EpochOutcome:
@@ -111,31 +115,49 @@ class StageProgram(ABC):
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
         """The size on disk of the state that ``state`` describes."""
 
+    @classmethod
+    def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
+        """The stage's current answer, for kinds that keep one (a query's result)."""
+        raise StrataError(f"stage {snap.stage!r} is a {snap.kind or cls.kind} stage: it keeps "
+                          "state, not an answer")
+
 
 def class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def program_class(snap: StateSnapshot) -> type[StageProgram]:
-    """The program class that wrote ``snap`` (imported by name, as unpickling would)."""
-    module, _, name = snap.program.partition(":")
+def load_class(path: str, what: str) -> type[StageProgram]:
+    """The program class named ``module:QualName`` (imported by name, as unpickling would)."""
+    module, _, name = path.partition(":")
     try:
         cls: Any = importlib.import_module(module)
         for part in name.split("."):
             cls = getattr(cls, part)
     except (ImportError, AttributeError) as e:
-        raise StrataError(f"stage {snap.stage!r} was written by program {snap.program!r}, "
-                          f"which cannot be loaded ({e}); install the code that wrote it"
-                          ) from None
+        raise StrataError(f"{what} needs program {path!r}, which cannot be loaded ({e}); "
+                          "install the code that wrote it") from None
     if not (isinstance(cls, type) and issubclass(cls, StageProgram)):
-        raise StrataError(f"stage {snap.stage!r}: {snap.program!r} is not a stage program")
+        raise StrataError(f"{what}: {path!r} is not a stage program")
     return cls
+
+
+def program_class(snap: StateSnapshot) -> type[StageProgram]:
+    """The program class that wrote ``snap``."""
+    return load_class(snap.program, f"the state of stage {snap.stage!r}")
 
 
 def read_state(layout: StageLayout, snap: StateSnapshot | None = None) -> list[dict]:
     """A stage's committed state records (empty before its first epoch)."""
     snap = snap or StateDir(layout).current()
     return program_class(snap).read_state(layout, snap) if snap.epoch else []
+
+
+def read_answer(layout: StageLayout, snap: StateSnapshot | None = None) -> pa.Table:
+    """A stage's current answer (a query's result), read from its committed state."""
+    snap = snap or StateDir(layout).current()
+    if not snap.epoch:
+        raise StrataError(f"stage {layout.stage!r} has not run yet: it has no answer")
+    return program_class(snap).read_answer(layout, snap)
 
 
 def commit(ctx: EpochContext, program: StageProgram, outcome: EpochOutcome) -> StateSnapshot:

@@ -4,9 +4,9 @@ State lives in bucketed Parquet tables under ``state/<stage>/tables/<name>/``, e
 registered in the session's catalog as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at its
 location. Spark then joins a table with an increment bucketed the same way by shuffling
 only the increment: the state side is read where it lies, in every epoch and after
-restarts (docs/architecture.md, "Query state: bucketed tables"). A join's inputs are appended to; a group-by's table is
-rewritten from the full outer join of state and ``h(Δ)``, which is already partitioned
-by bucket, so the write needs no shuffle either.
+restarts (docs/architecture.md, "Query state: bucketed tables"). A join's inputs are
+appended to; a group-by's table is rewritten from the full outer join of state and
+``h(Δ)``, which is already partitioned by bucket, so the write needs no shuffle either.
 
 An epoch writes new table files to ``staging/``, the output increment to ``flows/``,
 moves the staged files into the tables' directories and commits a manifest that lists
@@ -362,6 +362,12 @@ class QueryProgram(StageProgram):
         """Rows of each table, marked with the table's name."""
         return [{"_table": name, **r} for name, t in _tables_of(snap).items()
                 for r in read_records(t["files"])]
+
+    @classmethod
+    def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
+        from strata.queries.stage import read_answer
+
+        return read_answer(snap)
 
     @classmethod
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:

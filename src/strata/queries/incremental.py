@@ -60,6 +60,17 @@ class IncrementalQuery:
     joins: dict[int, JoinPlan] = field(default_factory=dict)
     recompute: bool = False  # run by recomputation (opted in: it is not incremental)
 
+    def __getstate__(self) -> dict:
+        # the plans are keyed by their operators' ids, which a copy does not keep
+        state = dict(self.__dict__)
+        state["groups"], state["joins"] = list(self.groups.values()), list(self.joins.values())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["groups"] = {id(p.node): p for p in state["groups"]}
+        state["joins"] = {id(p.node): p for p in state["joins"]}
+        self.__dict__.update(state)
+
     @property
     def input_flows(self) -> list[str]:
         """The flows the query scans."""

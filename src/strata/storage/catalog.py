@@ -52,10 +52,26 @@ CREATE TABLE IF NOT EXISTS queue (
 CREATE TABLE IF NOT EXISTS stages (
     name TEXT PRIMARY KEY, epochs INTEGER NOT NULL DEFAULT 0,
     runnable_state BLOB, last_run REAL);
+CREATE TABLE IF NOT EXISTS registered_stages (
+    name TEXT PRIMARY KEY, kind TEXT NOT NULL, program TEXT NOT NULL,
+    version INTEGER NOT NULL, spec BLOB NOT NULL, description TEXT NOT NULL,
+    created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS wal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL, epoch INTEGER NOT NULL,
     intent TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL);
 """
+
+
+@dataclass(frozen=True)
+class RegisteredStage:
+    """A stage registered in the home by the CLI (``strata query``), kept compiled."""
+
+    name: str
+    kind: str  # the program's kind, e.g. "query"
+    program: str  # the program class, "module:QualName"
+    version: int  # the class's format version when it was compiled
+    spec: bytes  # the pickled compiled stage (strata.physical.registration)
+    description: str  # what the user wrote (a query's SQL)
 
 
 @dataclass(frozen=True)
@@ -101,22 +117,33 @@ class Catalog:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
-    def queries(self) -> dict[str, dict]:
-        """Continuous queries registered with ``strata query``: name -> spec."""
-        rows = self.db.execute("SELECT key, value FROM meta WHERE key LIKE 'query:%' "
-                               "ORDER BY key")
-        return {k[len("query:"):]: json.loads(v) for k, v in rows}
+    def registered_stages(self) -> list[RegisteredStage]:
+        """Stages registered with ``strata query`` and the like, oldest first."""
+        rows = self.db.execute("SELECT name, kind, program, version, spec, description FROM "
+                               "registered_stages ORDER BY created, name")
+        return [RegisteredStage(*row) for row in rows]
 
-    def save_query(self, name: str, spec: dict, inputs: Sequence[str]) -> None:
-        """Register query ``name`` and connect it to its ``inputs`` now, so increments
-        ingested before the next run reach it."""
+    def legacy_queries(self) -> list[str]:
+        """Queries registered as SQL text by strata before compiled stages were kept."""
+        rows = self.db.execute("SELECT key FROM meta WHERE key LIKE 'query:%' ORDER BY key")
+        return [k[len("query:"):] for (k,) in rows]
+
+    def register_stage(self, reg: RegisteredStage, inputs: Sequence[str],
+                       replace: bool = False) -> None:
+        """Keep ``reg`` and connect it to its ``inputs`` now, so that increments ingested
+        before the next run reach it. ``replace`` swaps a stage registered before (its
+        connectors, queues and epochs stay)."""
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                       (f"query:{name}", json.dumps(spec)))
+            if replace:
+                db.execute("DELETE FROM registered_stages WHERE name = ?", (reg.name,))
+                db.execute("DELETE FROM meta WHERE key = ?", (f"query:{reg.name}",))
+            db.execute("INSERT INTO registered_stages VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (reg.name, reg.kind, reg.program, reg.version, reg.spec,
+                        reg.description, time.time()))
             for flow in inputs:
                 db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES (?, ?)",
-                           (flow, name))
-            db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (name,))
+                           (flow, reg.name))
+            db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (reg.name,))
 
     def flows(self) -> dict[str, dict]:
         rows = self.db.execute("SELECT name, schema, producer, external FROM flows")

@@ -1,0 +1,59 @@
+"""Stages registered in a home by the CLI, kept compiled in the catalog.
+
+``strata query`` compiles a query once into a stage with a program, and the catalog
+keeps that stage *compiled*: its inputs, outputs, runnability and pickled program, with
+the program class's :attr:`~strata.physical.program.StageProgram.format_version`. Every
+later controller adds it to its dataflow as it is, without importing the layer that
+compiled it and without compiling again. A stored version other than the class's
+current one is refused with a message saying to register the stage again.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from strata.model.dataflow import Dataflow, Input, Stage
+from strata.model.errors import StrataError
+from strata.model.schema import to_ddl
+from strata.physical.program import StageProgram, class_path, load_class
+from strata.storage.catalog import RegisteredStage
+
+
+@dataclass(frozen=True)
+class _CompiledStage:
+    """What is pickled: everything ``Dataflow.stage`` needs to add the stage again."""
+
+    inputs: tuple[str, ...]
+    outputs: dict[str, str]  # flow -> DDL
+    program: StageProgram
+    runnable: Any
+
+
+def compiled(stage: Stage, description: str) -> RegisteredStage:
+    """``stage`` (which carries a program) as the catalog keeps it."""
+    program = stage.program
+    if not isinstance(program, StageProgram):
+        raise StrataError(f"stage {stage.name!r} has no compiled program to register")
+    spec = _CompiledStage(tuple(stage.input_names),
+                          {f.name: to_ddl(f.schema) for f in stage.outputs},
+                          program, stage.runnable)
+    cls = type(program)
+    return RegisteredStage(stage.name, cls.kind, class_path(cls), cls.format_version,
+                           pickle.dumps(spec, protocol=5), description)
+
+
+def attach(dataflow: Dataflow, reg: RegisteredStage) -> Stage:
+    """Add the registered stage ``reg`` to ``dataflow`` as it was compiled."""
+    cls = load_class(reg.program, f"registered stage {reg.name!r}")
+    if reg.version != cls.format_version:
+        raise StrataError(
+            f"{reg.kind} stage {reg.name!r} was registered in this home by another version "
+            f"of strata (format {reg.version}, this one reads {cls.format_version}); "
+            f"register it again (for a query: `strata query --replace --name {reg.name} "
+            f"...`)")
+    spec: _CompiledStage = pickle.loads(reg.spec)
+    return dataflow.stage(reg.name, None, program=spec.program,
+                          inputs=[Input(f) for f in spec.inputs], outputs=spec.outputs,
+                          runnable=spec.runnable)
