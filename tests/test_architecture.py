@@ -19,7 +19,7 @@ HOME_PATH_PATTERNS = [
     # a home directory inside a path string
     re.compile(rf"""["'][^"'\n]*/(?:{_DIRS})/[^"'\n]*["']"""),
     # the files of a home and of a stage's state directory
-    re.compile(r"""catalog\.sqlite|controller\.lock|["'/]manifest-|["'/]p\{[a-z_]+:05d\}"""),
+    re.compile(r"""["'/]catalog\.sqlite|["'/]controller\.lock|["'/]manifest-|["'/]p\{[a-z_]+:05d\}"""),
 ]
 
 
@@ -68,3 +68,28 @@ def test_no_module_cites_a_document_outside_the_repository():
     cited = [f"{p.relative_to(SRC.parent)}" for p in SRC.rglob("*.py")
              if "DESIGN.md" in p.read_text()]
     assert not cited, f"cite docs/architecture.md instead of DESIGN.md: {cited}"
+
+
+CATALOG_MODULE = SRC / "storage" / "catalog.py"
+SQLITE_CALL = re.compile(r"\bsqlite3\b|\.execute(?:many|script)?\(")
+SQL_TEXT = re.compile(r"""["'](?:SELECT|INSERT|UPDATE|DELETE FROM)\s""")
+SPARK_SQL_PACKAGES = ("queries",)  # build Spark SQL text for DataFrame plans, not SQLite
+
+
+def test_no_sql_outside_the_catalog():
+    offenders = []
+    for path in _python_files():
+        if path == CATALOG_MODULE:
+            continue
+        spark_sql = path.relative_to(SRC).parts[0] in SPARK_SQL_PACKAGES
+        for n, line in _code_lines(path):
+            if SQLITE_CALL.search(line) or (SQL_TEXT.search(line) and not spark_sql):
+                offenders.append(f"{path.relative_to(SRC.parent)}:{n}: {line.strip()}")
+    assert not offenders, "SQL belongs in strata.storage.catalog:\n" + "\n".join(offenders)
+
+
+def test_the_sql_check_finds_sql(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('db.execute("UPDATE stages SET epochs = 1")\nq = "SELECT name FROM x"\n')
+    lines = [line for _, line in _code_lines(sample)]
+    assert SQLITE_CALL.search(lines[0]) and SQL_TEXT.search(lines[1])

@@ -19,7 +19,7 @@ def _controller(tmp_path: Path, df: Dataflow, spark, **kw) -> Controller:
 
 def _outputs(c: Controller, flow: str) -> list[list[dict]]:
     """The stored increments of a terminal flow, oldest first."""
-    return [read_records(inc.files) for _, _, _, inc in c.catalog.flow_increments(flow)]
+    return [read_records(s.increment.files) for s in c.catalog.flow_increments(flow)]
 
 
 # -- framing ------------------------------------------------------------------------------

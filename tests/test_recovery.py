@@ -38,9 +38,9 @@ def _results(home: Path, spark) -> dict:
     with Controller(home, df, spark=spark, num_partitions=2) as c:
         assert not c.catalog.unapplied()
         outputs = {
-            flow: [(producer, epoch, sorted(json.dumps(r, sort_keys=True)
-                                            for r in read_records(inc.files)))
-                   for _, producer, epoch, inc in c.catalog.flow_increments(flow)]
+            flow: [(s.producer, s.epoch, sorted(json.dumps(r, sort_keys=True)
+                                                for r in read_records(s.increment.files)))
+                   for s in c.catalog.flow_increments(flow)]
             for flow in ("counts", "hourly")
         }
         queued = {f"{f}->{s}": len(c.catalog.queue(f, s, framed=None))

@@ -83,7 +83,7 @@ def _reported(traceback: bool | None = None) -> Iterator[None]:
     try:
         yield
     except StrataError as e:
-        from strata.controller.controller import HomeLockedError
+        from strata.controller.lock import HomeLockedError
         from strata.model.errors import EpochError
 
         message = str(e)
@@ -100,11 +100,9 @@ def _home_path(home: Path) -> str:
 
 
 def _existing_home(home: Path) -> str:
-    path = _home_path(home)
-    if not Home(path).exists():
-        raise StrataError(f"no strata home at {home}; `strata run PIPELINE --home {home}` "
-                          "creates one")
-    return path
+    from strata.controller.inspection import open_home
+
+    return open_home(_home_path(home)).root
 
 
 def _catalog(home: str):
@@ -223,7 +221,7 @@ def run(
 
             def on_start(stage: str, epoch: int) -> None:
                 in_epoch[:] = [(stage, epoch)]
-                starting = " (starting Spark…)" if controller._runner is None else ""
+                starting = "" if controller.spark_started else " (starting Spark…)"
                 status.update(f"[bold]{escape(stage)}[/] epoch {epoch} running{starting}")
 
             def on_epoch(report) -> None:
@@ -325,16 +323,16 @@ def ingest(
 
     Works while a controller runs; the next `strata run` (or the running one) reads it.
     """
-    from strata.controller.controller import ingest as do_ingest
+    from strata.controller.ingest import ingest as do_ingest
+    from strata.storage.catalog import IncrementKind
 
     with _reported():
         path = _existing_home(home)
         n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
         catalog = _catalog(path)
         try:
-            records = next((inc.records for _, producer, epoch, inc in
-                            catalog.flow_increments(flow)
-                            if producer == "ingest" and epoch == n), None)
+            records = next((s.increment.records for s in catalog.flow_increments(flow)
+                            if s.kind is IncrementKind.INGEST and s.epoch == n), None)
             consumers = catalog.consumers(flow)
         finally:
             catalog.close()
@@ -355,68 +353,14 @@ def ingest(
 
 
 # -- status ----------------------------------------------------------------------------
-def _stage_dir(home: str, stage: str):
-    from strata.storage.manifest import StateDir
-
-    return StateDir(Home(home).stage(stage))
-
-
-def collect_status(home: str) -> dict:
-    """Everything ``strata status`` shows, as plain data."""
-    catalog = _catalog(home)
-    try:
-        db = catalog.db
-        stages = []
-        for (name,) in db.execute("SELECT name FROM stages ORDER BY rowid"):
-            row = catalog.stage_row(name)
-            snap = _stage_dir(home, name).current()
-            stages.append({
-                "stage": name, "epochs": row["epochs"], "state_epoch": snap.epoch,
-                "state_bytes": snap.state_bytes, "kind": snap.kind or None,
-                "mode": snap.state.get("mode"),
-                "partitions": snap.num_partitions or None, "last_run": row["last_run"],
-                "waiting_since": row["waiting_since"],
-            })
-        connectors = []
-        for flow, consumer in catalog.connectors():
-            framed = catalog.queue(flow, consumer, framed=True)
-            raw = catalog.queue(flow, consumer, framed=False)
-            _, open_frame, _ = catalog.framing(flow, consumer)
-            connectors.append({
-                "flow": flow, "consumer": consumer,
-                "queued": len(framed) + len(raw),
-                "queued_records": sum(q.increment.records for q in framed + raw),
-                "framed": len(framed), "framed_records": sum(q.increment.records for q in framed),
-                "unframed": len(raw), "unframed_records": sum(q.increment.records for q in raw),
-                "open_frame_records": open_frame["records"] if open_frame else 0,
-            })
-        consumed = {f for f, _ in catalog.connectors()}
-        terminal = []
-        for name, info in catalog.flows().items():
-            if name in consumed or info["external"]:
-                continue
-            incs = [(p, e, inc) for _, p, e, inc in catalog.flow_increments(name)]
-            terminal.append({
-                "flow": name, "producer": info["producer"], "increments": len(incs),
-                "records": sum(inc.records for _, _, inc in incs),
-                "bytes": sum(inc.bytes for _, _, inc in incs),
-                "epochs": [e for _, e, _ in incs],
-            })
-        unfinished = [{"stage": s, "epoch": e} for _, s, e, _ in catalog.unapplied()]
-        inputs = sorted(n for n, f in catalog.flows().items() if f["external"])
-    finally:
-        catalog.close()
-    return {"home": home, "stages": stages, "connectors": connectors,
-            "terminal_flows": terminal, "external_inputs": inputs,
-            "unfinished_epochs": unfinished}
-
-
 @app.command()
 def status(home: HomeOption, json_out: JsonOption = False) -> None:
     """Show the home: epochs and state size per stage, queued input per connector, and
     the increments kept for each terminal flow."""
     with _reported():
-        info = collect_status(_existing_home(home))
+        from strata.controller.inspection import collect_status, open_home
+
+        info = collect_status(open_home(_home_path(home)))
         if json_out:
             typer.echo(_dumps(info))
             return
@@ -529,79 +473,6 @@ def query(
 
 
 # -- show ------------------------------------------------------------------------------
-def state_records(home: str, stage: str) -> tuple[int, list[dict]]:
-    """A stage's committed state records and epoch, read from files (no Spark).
-
-    The same as ``SparkStageRunner.state_records``: direct-mode runs plus the records
-    bound for another partition (pending), or the black-box state files.
-    """
-    sd = _stage_dir(home, stage)
-    snap = sd.current()
-    from strata.physical.program import read_state
-
-    return snap.epoch, read_state(sd.layout, snap)
-
-
-def _flow_records(home: str, flow: str, epoch: int | None, all_: bool
-                  ) -> tuple[str, list[dict]]:
-    catalog = _catalog(home)
-    try:
-        flows = catalog.flows()
-        stages = catalog.stages()
-        if flow.endswith(".state"):
-            stage = flow[: -len(".state")]
-            if stage not in stages:
-                raise StrataError(f"home has no stage {stage!r} (stages: "
-                                  f"{', '.join(stages) or 'none'})")
-            if all_:
-                raise StrataError("--all does not apply to state: only the current state is "
-                                  "kept")
-            current, recs = state_records(home, stage)
-            if epoch is not None and epoch != current:
-                raise StrataError(f"stage {stage!r} keeps only its current state (epoch "
-                                  f"{current}), not epoch {epoch}")
-            return f"state of {stage} after epoch {current}", recs
-        if (flow in stages and flow not in flows
-                and _stage_dir(home, flow).current().kind == "query"):
-            if all_ or epoch is not None:
-                raise StrataError(f"{flow!r} is a query: only its current answer is kept "
-                                  f"(its changes are the flow {flow}_changes)")
-            from strata.queries.stage import read_answer
-
-            snap = _stage_dir(home, flow).current()
-            return f"answer of query {flow} after epoch {snap.epoch}", \
-                read_answer(snap).to_pylist()
-        if flow not in flows:
-            raise StrataError(
-                f"home has no flow {flow!r}; flows: {', '.join(sorted(flows)) or 'none'}; "
-                f"stage states: {', '.join(s + '.state' for s in stages) or 'none'}")
-        incs = [(p, e, inc) for _, p, e, inc in catalog.flow_increments(flow)
-                if not p.startswith("frame:") and not p.endswith(":end")]
-    finally:
-        catalog.close()
-    writer = "ingest" if flows[flow]["external"] else "epoch"
-    if not incs:
-        raise StrataError(
-            f"flow {flow!r} has no stored increments (an increment is deleted once every "
-            "consuming stage has read it; terminal flows keep theirs)")
-    if epoch is not None:
-        picked = [x for x in incs if x[1] == epoch]
-        if not picked:
-            raise StrataError(f"flow {flow!r} has no stored increment from {writer} {epoch}; "
-                              f"stored: {', '.join(str(e) for _, e, _ in incs)}")
-    elif all_:
-        picked = incs
-    else:
-        picked = incs[-1:]
-    from strata.storage.increments import read_records
-
-    recs = [r for _, _, inc in picked for r in read_records(inc.files)]
-    eps = [e for _, e, _ in picked]
-    what = (f"{writer} {eps[0]}" if len(eps) == 1
-            else f"{len(eps)} increments ({writer}s {eps[0]}–{eps[-1]})")
-    return f"{flow}, {what}", recs
-
-
 @app.command()
 def show(
     flow: Annotated[str, typer.Argument(
@@ -624,7 +495,9 @@ def show(
     with _reported():
         if epoch is not None and all_:
             raise StrataError("give either --epoch N or --all, not both")
-        title, recs = _flow_records(_existing_home(home), flow, epoch, all_)
+        from strata.controller.inspection import open_home, read_records_of
+
+        title, recs = read_records_of(open_home(_home_path(home)), flow, epoch, all_)
         if fmt == "jsonl":
             out = sys.stdout
             for rec in recs if limit is None else recs[:limit]:

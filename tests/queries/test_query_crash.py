@@ -134,7 +134,7 @@ def test_answers_equal_duckdb_and_each_epoch_is_delivered_once(chains, chain):
         for query, (sql, _) in query_pipeline.QUERIES.items():
             got = normalized(tuple(r.values()) for r in c.answer(query).to_pylist())
             assert got == duckdb_answer(sql, seen, query_pipeline.SOURCES), (query, logs)
-            assert c.catalog.stage_row(query)["epochs"] == 2, (query, logs)
+            assert c.catalog.stage_row(query).epochs == 2, (query, logs)
             changes = f"{query}_changes"
             assert [e for e, _ in c.stored_increments(changes)] == [1, 2], (query, logs)
             assert net_changes(c.read_flow(changes).to_pylist()) == got, (query, logs)

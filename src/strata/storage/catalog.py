@@ -2,20 +2,22 @@
 
 Tables:
 
-``flows``        every flow of the registered dataflow, with its schema and producer
-``connectors``   one per (flow, consuming stage); its framing state and open frame
-``increments``   immutable increments, named by (producer, flow, epoch): files, size,
-                 framing key
-``queue``        per connector, the ordered increments waiting for the consumer;
-                 ``framed = 0`` for arrivals that framing has not cut yet
-``stages``       per stage: epochs run, runnability state, when it last ran
-``wal``          the controller's intended changes for an epoch, logged before the
-                 epoch runs and marked applied in the same transaction that applies
-                 them (write-ahead: after a crash, an unapplied entry is re-run or
-                 re-applied, never both, never twice)
+``flows``              every flow of the registered dataflow, with its schema and producer
+``connectors``         one per (flow, consuming stage); its framing state and open frame
+``increments``         immutable increments, each of a kind (:class:`IncrementKind`) and
+                       named by (kind, producer, flow, epoch): files, size, framing key
+``queue``              per connector, the ordered increments waiting for the consumer;
+                       ``framed = 0`` for arrivals that framing has not cut yet
+``stages``             per stage: epochs run, runnability state, when it last ran
+``registered_stages``  stages registered by the CLI, kept compiled (``strata query``)
+``wal``                the controller's intended changes for an epoch, logged before the
+                       epoch runs and marked applied in the same transaction that applies
+                       them (after a crash, an unapplied entry is re-run or re-applied,
+                       never both, never twice)
 
-Every change is one SQLite transaction, so a crash leaves the catalog as it was
-before or after it, never in between.
+Every change is one SQLite transaction, so a crash leaves the catalog as it was before or
+after it, never in between. This is the only module that speaks SQL: its methods are
+named by what they mean to the controller.
 """
 
 from __future__ import annotations
@@ -24,12 +26,26 @@ import json
 import pickle
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
+from strata.faults import crashpoint
 from strata.storage.increments import Increment
+
+
+class IncrementKind(StrEnum):
+    """Where an increment comes from."""
+
+    INGEST = "ingest"  # appended to an external input by a user
+    OUTPUT = "output"  # written by a stage's epoch
+    FRAME = "frame"  # cut from arrivals by a consumer's frame_by
+    END_OF_FRAME = "end-of-frame"  # a mark closing the open frame (no records)
+
+
+STORED = (IncrementKind.INGEST, IncrementKind.OUTPUT)  # what users read back
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,12 +55,6 @@ CREATE TABLE IF NOT EXISTS connectors (
     flow TEXT NOT NULL, consumer TEXT NOT NULL,
     framing_state BLOB, open_frame TEXT, frames_cut INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (flow, consumer));
-CREATE TABLE IF NOT EXISTS increments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    flow TEXT NOT NULL, producer TEXT NOT NULL, epoch INTEGER NOT NULL,
-    framing_key TEXT, files TEXT NOT NULL, records INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    created REAL NOT NULL, retained INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (producer, flow, epoch));
 CREATE TABLE IF NOT EXISTS queue (
     flow TEXT NOT NULL, consumer TEXT NOT NULL, pos INTEGER NOT NULL,
     increment INTEGER NOT NULL REFERENCES increments(id), framed INTEGER NOT NULL,
@@ -59,6 +69,28 @@ CREATE TABLE IF NOT EXISTS registered_stages (
 CREATE TABLE IF NOT EXISTS wal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL, epoch INTEGER NOT NULL,
     intent TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL);
+"""
+INCREMENTS = """
+CREATE TABLE IF NOT EXISTS {name} (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    flow TEXT NOT NULL, kind TEXT NOT NULL, producer TEXT NOT NULL, epoch INTEGER NOT NULL,
+    framing_key TEXT, files TEXT NOT NULL, records INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    created REAL NOT NULL, retained INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (kind, producer, flow, epoch));
+"""
+# Catalogs written before increments had a kind told them apart by their producer:
+# "ingest", "ingest:end", "frame:<consumer>" or a stage's name.
+_UPGRADE_INCREMENTS = """
+INSERT INTO increments_new (id, flow, kind, producer, epoch, framing_key, files, records,
+                            bytes, created, retained)
+SELECT id, flow,
+       CASE WHEN producer = 'ingest' THEN 'ingest'
+            WHEN producer = 'ingest:end' THEN 'end-of-frame'
+            WHEN producer LIKE 'frame:%' THEN 'frame' ELSE 'output' END,
+       CASE WHEN producer IN ('ingest', 'ingest:end') THEN ''
+            WHEN producer LIKE 'frame:%' THEN substr(producer, 7) ELSE producer END,
+       epoch, framing_key, files, records, bytes, created, retained
+FROM increments
 """
 
 
@@ -75,17 +107,53 @@ class RegisteredStage:
 
 
 @dataclass(frozen=True)
+class StoredIncrement:
+    """An increment the catalog keeps, with where it came from."""
+
+    id: int
+    kind: IncrementKind
+    producer: str  # the writing stage (output) or the framing consumer (frame); else ""
+    epoch: int  # the producer's epoch, the ingest number, or the frame number
+    increment: Increment
+
+
+@dataclass(frozen=True)
 class QueuedIncrement:
     """An increment waiting on a connector."""
 
     id: int
     pos: int
     flow: str
+    kind: IncrementKind
     producer: str
     epoch: int
     framing_key: Any
     increment: Increment
     framed: bool
+
+    @property
+    def is_end_of_frame(self) -> bool:
+        return self.kind is IncrementKind.END_OF_FRAME
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """What the catalog knows of one stage."""
+
+    name: str
+    epochs: int
+    runnable_state: Any
+    last_run: float | None
+    waiting_since: float | None  # when its oldest waiting increment arrived
+
+
+@dataclass(frozen=True)
+class NewOutput:
+    """An epoch's output increment and the stages it is delivered to."""
+
+    flow: str
+    increment: Increment
+    consumers: Sequence[str]
 
 
 class Catalog:
@@ -97,12 +165,25 @@ class Catalog:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Bring a catalog of an earlier format to this one, in one transaction."""
+        with self._transaction() as db:
+            cols = [r[1] for r in db.execute("PRAGMA table_info(increments)")]
+            if not cols:
+                db.execute(INCREMENTS.format(name="increments"))
+            elif "kind" not in cols:
+                db.execute(INCREMENTS.format(name="increments_new"))
+                db.execute(_UPGRADE_INCREMENTS)
+                db.execute("DROP TABLE increments")
+                db.execute("ALTER TABLE increments_new RENAME TO increments")
 
     def close(self) -> None:
         self.db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic change: all of it or none of it survives a crash."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -112,10 +193,25 @@ class Catalog:
             raise
         self.db.execute("COMMIT")
 
-    # -- meta and registration -------------------------------------------------------
+    # -- registration ------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def register(self, flows: Sequence[tuple[str, str, str | None, bool]],
+                 connectors: Sequence[tuple[str, str]], stages: Sequence[str],
+                 fingerprint: str) -> None:
+        """Record the dataflow's flows, connectors and stages (first run or unchanged)."""
+        with self._transaction() as db:
+            for name, schema, producer, external in flows:
+                db.execute("INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?)",
+                           (name, schema, producer, int(external)))
+            for flow, consumer in connectors:
+                db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES (?, ?)",
+                           (flow, consumer))
+            for s in stages:
+                db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (s,))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
 
     def registered_stages(self) -> list[RegisteredStage]:
         """Stages registered with ``strata query`` and the like, oldest first."""
@@ -133,7 +229,7 @@ class Catalog:
         """Keep ``reg`` and connect it to its ``inputs`` now, so that increments ingested
         before the next run reach it. ``replace`` swaps a stage registered before (its
         connectors, queues and epochs stay)."""
-        with self.transaction() as db:
+        with self._transaction() as db:
             if replace:
                 db.execute("DELETE FROM registered_stages WHERE name = ?", (reg.name,))
                 db.execute("DELETE FROM meta WHERE key = ?", (f"query:{reg.name}",))
@@ -161,93 +257,153 @@ class Catalog:
         """Registered stages, in registration order."""
         return [n for (n,) in self.db.execute("SELECT name FROM stages ORDER BY rowid")]
 
-    def next_number(self, db: sqlite3.Connection, counter: str) -> int:
-        """1, 2, 3, … per counter, never reused (increments are named by their number)."""
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (counter,)).fetchone()
-        n = int(row[0]) + 1 if row else 1
-        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (counter, str(n)))
+    # -- ingest ------------------------------------------------------------------------
+    def record_ingest(self, flow: str, inc: Increment, end_frame: bool) -> int:
+        """Record an ingested increment of ``flow`` and queue it (unframed) for every
+        consumer, with an end-of-frame mark after it if asked; its ingest number."""
+        consumers = self.consumers(flow)
+        with self._transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?",
+                             (f"ingest:{flow}",)).fetchone()
+            n = int(row[0]) + 1 if row else 1
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"ingest:{flow}", str(n)))
+            inc_id = self._add(db, flow, IncrementKind.INGEST, "", n, inc, n,
+                               retained=not consumers)
+            for c in consumers:
+                self._enqueue(db, flow, c, inc_id, framed=False)
+            if end_frame:
+                mark = self._add(db, flow, IncrementKind.END_OF_FRAME, "", n, Increment())
+                for c in consumers:
+                    self._enqueue(db, flow, c, mark, framed=False)
         return n
 
-    # -- increments and queues -------------------------------------------------------
-    def add_increment(self, db: sqlite3.Connection, flow: str, producer: str, epoch: int,
-                      inc: Increment, framing_key: Any = None, retained: bool = False) -> int:
-        """Record an immutable increment; idempotent on (producer, flow, epoch)."""
-        row = db.execute("SELECT id FROM increments WHERE producer = ? AND flow = ? AND epoch = ?",
-                         (producer, flow, epoch)).fetchone()
+    # -- increments and queues -----------------------------------------------------------
+    @staticmethod
+    def _add(db: sqlite3.Connection, flow: str, kind: IncrementKind, producer: str,
+             epoch: int, inc: Increment, framing_key: Any = None,
+             retained: bool = False) -> int:
+        """Record an immutable increment; idempotent on (kind, producer, flow, epoch)."""
+        row = db.execute("SELECT id FROM increments WHERE kind = ? AND producer = ? AND "
+                         "flow = ? AND epoch = ?", (kind.value, producer, flow, epoch)
+                         ).fetchone()
         if row:
-            return row[0]
+            return int(row[0])
         cur = db.execute(
-            "INSERT INTO increments (flow, producer, epoch, framing_key, files, records, bytes,"
-            " created, retained) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (flow, producer, epoch, json.dumps(framing_key), json.dumps(list(inc.files)),
-             inc.records, inc.bytes, time.time(), int(retained)),
+            "INSERT INTO increments (flow, kind, producer, epoch, framing_key, files, records,"
+            " bytes, created, retained) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (flow, kind.value, producer, epoch, json.dumps(framing_key),
+             json.dumps(list(inc.files)), inc.records, inc.bytes, time.time(), int(retained)),
         )
+        assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def enqueue(self, db: sqlite3.Connection, flow: str, consumer: str, inc_id: int,
-                framed: bool) -> None:
+    @staticmethod
+    def _enqueue(db: sqlite3.Connection, flow: str, consumer: str, inc_id: int,
+                 framed: bool) -> None:
         pos = db.execute("SELECT COALESCE(MAX(pos), 0) + 1 FROM queue WHERE flow = ? AND "
                          "consumer = ?", (flow, consumer)).fetchone()[0]
         db.execute("INSERT INTO queue (flow, consumer, pos, increment, framed) VALUES "
                    "(?, ?, ?, ?, ?)", (flow, consumer, pos, inc_id, int(framed)))
 
-    def queue(self, flow: str, consumer: str, framed: bool | None = True) -> list[QueuedIncrement]:
-        sql = ("SELECT i.id, q.pos, i.flow, i.producer, i.epoch, i.framing_key, i.files,"
-               " i.records, i.bytes, q.framed FROM queue q JOIN increments i ON i.id = q.increment"
-               " WHERE q.flow = ? AND q.consumer = ?")
+    @staticmethod
+    def _dequeue(db: sqlite3.Connection, flow: str, consumer: str,
+                 positions: Iterable[int]) -> None:
+        db.executemany("DELETE FROM queue WHERE flow = ? AND consumer = ? AND pos = ?",
+                       [(flow, consumer, pos) for pos in positions])
+
+    def queue(self, flow: str, consumer: str, framed: bool | None = True
+              ) -> list[QueuedIncrement]:
+        """The increments waiting for ``consumer`` on ``flow``, oldest first (framed ones,
+        unframed arrivals, or both with ``framed=None``)."""
+        sql = ("SELECT i.id, q.pos, i.flow, i.kind, i.producer, i.epoch, i.framing_key, "
+               "i.files, i.records, i.bytes, q.framed FROM queue q JOIN increments i ON "
+               "i.id = q.increment WHERE q.flow = ? AND q.consumer = ?")
         args: list[Any] = [flow, consumer]
         if framed is not None:
             sql += " AND q.framed = ?"
             args.append(int(framed))
         rows = self.db.execute(sql + " ORDER BY q.pos", args)
-        return [QueuedIncrement(i, pos, f, p, e, json.loads(fk),
+        return [QueuedIncrement(i, pos, f, IncrementKind(k), p, e, json.loads(fk),
                                 Increment(tuple(json.loads(files)), n, b), bool(fr))
-                for i, pos, f, p, e, fk, files, n, b, fr in rows]
+                for i, pos, f, k, p, e, fk, files, n, b, fr in rows]
 
-    def dequeue(self, db: sqlite3.Connection, flow: str, consumer: str, pos: int) -> None:
-        db.execute("DELETE FROM queue WHERE flow = ? AND consumer = ? AND pos = ?",
-                   (flow, consumer, pos))
+    def increment(self, inc_id: int) -> Increment:
+        files, n, b = self.db.execute(
+            "SELECT files, records, bytes FROM increments WHERE id = ?", (inc_id,)).fetchone()
+        return Increment(tuple(json.loads(files)), n, b)
 
-    def increment(self, inc_id: int) -> tuple[str, str, int, Increment]:
-        f, p, e, files, n, b = self.db.execute(
-            "SELECT flow, producer, epoch, files, records, bytes FROM increments WHERE id = ?",
-            (inc_id,)).fetchone()
-        return f, p, e, Increment(tuple(json.loads(files)), n, b)
+    def flow_increments(self, flow: str, kinds: Sequence[IncrementKind] = STORED
+                        ) -> list[StoredIncrement]:
+        """Increments of ``flow`` still stored, oldest first (by default those users read:
+        ingested and output increments, not frames or marks)."""
+        marks = ", ".join("?" * len(kinds))
+        rows = self.db.execute(
+            "SELECT id, kind, producer, epoch, files, records, bytes FROM increments WHERE "
+            f"flow = ? AND kind IN ({marks}) ORDER BY id", (flow, *(k.value for k in kinds)))
+        return [StoredIncrement(i, IncrementKind(k), p, e,
+                                Increment(tuple(json.loads(fs)), n, b))
+                for i, k, p, e, fs, n, b in rows]
 
-    def flow_increments(self, flow: str) -> list[tuple[int, str, int, Increment]]:
-        """Increments of ``flow`` still stored, oldest first: (id, producer, epoch, inc)."""
-        rows = self.db.execute("SELECT id, producer, epoch, files, records, bytes FROM increments"
-                               " WHERE flow = ? ORDER BY id", (flow,))
-        return [(i, p, e, Increment(tuple(json.loads(fs)), n, b)) for i, p, e, fs, n, b in rows]
+    def drop_unreferenced_increments(self) -> list[list[str]]:
+        """Forget the increments no connector references and nobody retains; their files
+        (which the caller deletes after this commits)."""
+        with self._transaction() as db:
+            rows = db.execute("SELECT id, files FROM increments WHERE retained = 0 AND id NOT "
+                              "IN (SELECT increment FROM queue)").fetchall()
+            db.executemany("DELETE FROM increments WHERE id = ?", [(i,) for i, _ in rows])
+        return [json.loads(f) for _, f in rows]
 
-    def unreferenced(self, db: sqlite3.Connection) -> list[tuple[int, list[str]]]:
-        """Increments no connector references and nobody retains: garbage."""
-        rows = db.execute("SELECT id, files FROM increments WHERE retained = 0 AND id NOT IN "
-                          "(SELECT increment FROM queue)")
-        return [(i, json.loads(f)) for i, f in rows]
+    def live_files(self) -> set[str]:
+        """Every file an increment or an open frame of the catalog names."""
+        live: set[str] = set()
+        for (files,) in self.db.execute("SELECT files FROM increments"):
+            live.update(json.loads(files))
+        for (frame,) in self.db.execute(
+                "SELECT open_frame FROM connectors WHERE open_frame IS NOT NULL"):
+            live.add(json.loads(frame)["file"])
+        return live
 
-    # -- connectors' framing state ---------------------------------------------------------
+    # -- framing -----------------------------------------------------------------------
     def framing(self, flow: str, consumer: str) -> tuple[Any, dict | None, int]:
+        """A connector's framing state, open frame and the number of frames cut so far."""
         st, open_frame, cut = self.db.execute(
             "SELECT framing_state, open_frame, frames_cut FROM connectors WHERE flow = ? AND "
             "consumer = ?", (flow, consumer)).fetchone()
         return (pickle.loads(st) if st else None), (json.loads(open_frame) if open_frame
                                                      else None), cut
 
-    def set_framing(self, db: sqlite3.Connection, flow: str, consumer: str, state: Any,
-                    open_frame: dict | None, cut: int) -> None:
-        db.execute("UPDATE connectors SET framing_state = ?, open_frame = ?, frames_cut = ? "
-                   "WHERE flow = ? AND consumer = ?",
-                   (pickle.dumps(state), json.dumps(open_frame) if open_frame else None, cut,
-                    flow, consumer))
+    def mark_framed(self, flow: str, consumer: str, arrivals: Sequence[QueuedIncrement]
+                    ) -> None:
+        """Arrivals that are increments as they are (no ``frame_by``): queue them framed;
+        end-of-frame marks among them mean nothing here and are dropped."""
+        with self._transaction() as db:
+            self._dequeue(db, flow, consumer, [q.pos for q in arrivals if q.is_end_of_frame])
+            db.executemany("UPDATE queue SET framed = 1 WHERE flow = ? AND consumer = ? AND "
+                           "pos = ?", [(flow, consumer, q.pos) for q in arrivals
+                                       if not q.is_end_of_frame])
+
+    def record_frames(self, flow: str, consumer: str, arrivals: Sequence[QueuedIncrement],
+                      frames: Sequence[tuple[int, Any, Increment]], state: Any,
+                      open_frame: dict | None, cut: int) -> None:
+        """Replace the cut ``arrivals`` by ``frames`` ``(number, framing key, increment)``
+        and keep the connector's new framing state, open frame and count, at once."""
+        with self._transaction() as db:
+            self._dequeue(db, flow, consumer, [q.pos for q in arrivals])
+            for n, key, inc in frames:
+                inc_id = self._add(db, flow, IncrementKind.FRAME, consumer, n, inc, key)
+                self._enqueue(db, flow, consumer, inc_id, framed=True)
+            db.execute("UPDATE connectors SET framing_state = ?, open_frame = ?, frames_cut = ? "
+                       "WHERE flow = ? AND consumer = ?",
+                       (pickle.dumps(state), json.dumps(open_frame) if open_frame else None,
+                        cut, flow, consumer))
 
     # -- stages ------------------------------------------------------------------------
-    def stage_row(self, name: str) -> dict:
+    def stage_row(self, name: str) -> StageRow:
         e, rs, last = self.db.execute(
             "SELECT epochs, runnable_state, last_run FROM stages WHERE name = ?",
             (name,)).fetchone()
-        return {"epochs": e, "waiting_since": self.waiting_since(name),
-                "runnable_state": pickle.loads(rs) if rs else None, "last_run": last}
+        return StageRow(name, e, pickle.loads(rs) if rs else None, last,
+                        self.waiting_since(name))
 
     def waiting_since(self, consumer: str) -> float | None:
         """When the oldest increment waiting for ``consumer`` arrived (None: nothing waits)."""
@@ -257,33 +413,36 @@ class Catalog:
 
     # -- write-ahead log ---------------------------------------------------------------
     def log_intent(self, stage: str, epoch: int, intent: dict) -> int:
-        with self.transaction() as db:
+        """Log what an epoch will read and remove, before it runs; its sequence number."""
+        with self._transaction() as db:
             cur = db.execute("INSERT INTO wal (stage, epoch, intent, created) VALUES (?, ?, ?, ?)",
                              (stage, epoch, json.dumps(intent), time.time()))
+            assert cur.lastrowid is not None
             return cur.lastrowid
 
     def unapplied(self) -> list[tuple[int, str, int, dict]]:
+        """Logged epochs not finished: ``(seq, stage, epoch, intent)``, oldest first."""
         rows = self.db.execute("SELECT seq, stage, epoch, intent FROM wal WHERE applied = 0 "
                                "ORDER BY seq")
         return [(s, st, e, json.loads(i)) for s, st, e, i in rows]
 
-    def mark_applied(self, db: sqlite3.Connection, seq: int) -> None:
-        db.execute("UPDATE wal SET applied = 1 WHERE seq = ?", (seq,))
-        # only the last intention per stage is needed for recovery
-        db.execute("DELETE FROM wal WHERE applied = 1 AND seq < ? AND stage = "
-                   "(SELECT stage FROM wal WHERE seq = ?)", (seq, seq))
-
-    def register(self, flows: Sequence[tuple[str, str, str | None, bool]],
-                 connectors: Sequence[tuple[str, str]], stages: Sequence[str],
-                 fingerprint: str) -> None:
-        """Record the dataflow's flows, connectors and stages (first run or unchanged)."""
-        with self.transaction() as db:
-            for name, schema, producer, external in flows:
-                db.execute("INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?)",
-                           (name, schema, producer, int(external)))
-            for flow, consumer in connectors:
-                db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES (?, ?)",
-                           (flow, consumer))
-            for s in stages:
-                db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (s,))
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
+    def finish_epoch(self, seq: int, stage: str, epoch: int, outputs: Sequence[NewOutput],
+                     removes: Mapping[str, Sequence[int]], runnable_state: bytes) -> None:
+        """Apply logged epoch ``seq`` in one transaction: record and deliver its outputs,
+        dequeue what it removed (``flow -> queue positions``), advance the stage and mark
+        the intent applied."""
+        with self._transaction() as db:
+            for out in outputs:
+                inc_id = self._add(db, out.flow, IncrementKind.OUTPUT, stage, epoch,
+                                   out.increment, epoch, retained=not out.consumers)
+                for c in out.consumers:
+                    self._enqueue(db, out.flow, c, inc_id, framed=False)
+            crashpoint("inside-apply")
+            for flow, positions in removes.items():
+                self._dequeue(db, flow, stage, positions)
+            db.execute("UPDATE stages SET epochs = ?, runnable_state = ?, last_run = ? "
+                       "WHERE name = ?", (epoch, runnable_state, time.time(), stage))
+            db.execute("UPDATE wal SET applied = 1 WHERE seq = ?", (seq,))
+            # only the last intention per stage is needed for recovery
+            db.execute("DELETE FROM wal WHERE applied = 1 AND seq < ? AND stage = ?",
+                       (seq, stage))
