@@ -15,7 +15,6 @@ and ``state_records(stage) -> records`` (the stage's committed state):
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -26,6 +25,7 @@ import pyarrow as pa
 
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
+from strata.physical.records import PendingState, load_pending
 from strata.physical.runner import SparkStageRunner
 from strata.physical.translate import TranslateState
 from strata.reference import ReferenceExecutor
@@ -193,9 +193,9 @@ def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Re
     """The committed state records of ``stage`` under ``runner``'s home, in either mode.
 
     Direct mode: every live entry of the partition runs, plus the records written to
-    keys of another partition (``"P"`` items of the pending files), which are part of
+    keys of another partition (``PendingState`` items of the pending files), which are part of
     the state until the next epoch merges them. Black-box mode: the Parquet files of
-    ``snapshot.blackbox`` (and pending ``"P"`` items, should there be any).
+    ``snapshot.blackbox`` (and pending state records, should there be any).
     """
     snap = TranslateState.from_json(runner.committed(stage).state)
     if snap.mode == "blackbox":
@@ -207,7 +207,7 @@ def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Re
         data = fs.read_bytes(uri)
         if data is None:
             raise FileNotFoundError(f"pending file {uri} of the committed state is missing")
-        records += [item[3] for item in pickle.loads(data) if item[0] == "P"]
+        records += [i.record for i in load_pending(data) if type(i) is PendingState]
     return records
 
 

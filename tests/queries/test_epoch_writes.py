@@ -13,8 +13,8 @@ import pytest
 
 from strata import Dataflow
 from strata.controller.controller import Controller
-from strata.queries import add_query, execution
-from strata.queries.execution import QueryTables
+from strata.queries import add_query, frames
+from strata.queries.tables import QueryTables
 from strata.storage.home import StageLayout
 
 
@@ -65,8 +65,8 @@ def _run(spark, home: Path) -> tuple[list, list, list]:
 
 def test_the_same_changes_and_state_however_written(spark, tmp_path, monkeypatch):
     driver_concurrent = _run(spark, tmp_path / "a")
-    monkeypatch.setattr(execution, "DRIVER_ROWS", 0)  # all written by Spark
-    monkeypatch.setattr(execution, "WRITE_THREADS", 1)  # one write after another
+    monkeypatch.setattr(frames, "DRIVER_ROWS", 0)  # all written by Spark
+    monkeypatch.setattr(frames, "WRITE_THREADS", 1)  # one write after another
     spark_sequential = _run(spark, tmp_path / "b")
     assert driver_concurrent == spark_sequential
     assert driver_concurrent[2]  # an answer

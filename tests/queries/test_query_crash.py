@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from strata.controller import Controller
-from strata.queries import execution
+from strata.queries import tables
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.increments import read_records
@@ -89,7 +89,7 @@ def _chain(home: Path, points: list[tuple[str, list[str]]]) -> list[str]:
 def compaction():
     """Compact join tables here as the workers do (query_pipeline.setup)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(execution, "COMPACT_FILES_PER_BUCKET",
+        mp.setattr(tables, "COMPACT_FILES_PER_BUCKET",
                    query_pipeline.COMPACT_FILES_PER_BUCKET)
         yield
 

@@ -146,9 +146,9 @@ def test_group_state_is_never_reshuffled(spark, tmp_path):
 
 
 def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypatch):
-    from strata.queries import execution
+    from strata.queries import tables
 
-    monkeypatch.setattr(execution, "COMPACT_FILES_PER_BUCKET", 1)
+    monkeypatch.setattr(tables, "COMPACT_FILES_PER_BUCKET", 1)
     df = Dataflow("j")
     df.source("R", "k bigint, v bigint, _mult bigint")
     df.source("S", "k bigint, w bigint")

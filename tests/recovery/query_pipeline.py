@@ -9,7 +9,7 @@ The scheduler alternates them: ``avg_by_x`` 1, ``revenue`` 1, ``avg_by_x`` 2, ``
 from __future__ import annotations
 
 from strata import Dataflow
-from strata.queries import add_query, execution
+from strata.queries import add_query, tables
 
 # name -> (SQL, keys); the same SQL runs on DuckDB over all input as the oracle
 QUERIES = {
@@ -30,7 +30,7 @@ COMPACT_FILES_PER_BUCKET = 1
 
 def setup() -> None:
     """Settings of a run (the worker process calls this; tests use monkeypatch)."""
-    execution.COMPACT_FILES_PER_BUCKET = COMPACT_FILES_PER_BUCKET
+    tables.COMPACT_FILES_PER_BUCKET = COMPACT_FILES_PER_BUCKET
 
 
 def build_dataflow() -> Dataflow:

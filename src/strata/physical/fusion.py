@@ -13,13 +13,13 @@ runnability fuse, and only across a flow that has no other consumer.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from strata.model.dataflow import Dataflow, Stage
-from strata.model.emitter import Emitter, UnknownOutput
-from strata.model.errors import OutputError, SchemaError, TranslateError
+from strata.model.emitter import Emitter
+from strata.model.errors import SchemaError
+from strata.model.invoke import call_translate
 from strata.model.schema import records_of, to_table
 
 
@@ -144,15 +144,7 @@ def apply_chain(chain: Iterable[Stage], records: list[dict], epoch: int) -> list
         out = Emitter(st)
         flow = st.output_names[0]
         for rec in records:
-            try:
-                st.translate(None, iter([rec]), out=out)
-            except UnknownOutput as e:
-                raise OutputError(str(e), stage=st.name, epoch=epoch, flow=e.flow, record=rec,
-                                  has_record=True) from None
-            except Exception as e:  # noqa: BLE001
-                raise TranslateError(f"{type(e).__name__}: {e}", stage=st.name, epoch=epoch,
-                                     record=rec, has_record=True,
-                                     cause=traceback.format_exc()) from None
+            call_translate(st, epoch, None, [iter([rec])], out, has_key=False, record=rec)
         checked = to_table(out.outputs[flow], st[flow].schema)
         if isinstance(checked, tuple):
             _, rec, why = checked

@@ -15,22 +15,19 @@ uniquely named files. The driver commits them by switching the state manifest.
 from __future__ import annotations
 
 import gc
-import pickle
-import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from strata.model.dataflow import STATE, Stage
-from strata.model.emitter import Emitter, UnknownOutput
+from strata.model.emitter import Emitter
 from strata.model.errors import (
     EpochError,
-    OutputError,
     RouteError,
     SchemaError,
-    TranslateError,
 )
+from strata.model.invoke import call_translate
 from strata.model.keys import encode_key, partition_of
 from strata.model.route_eval import (
     BROADCAST,
@@ -43,13 +40,22 @@ from strata.model.route_eval import (
 )
 from strata.model.schema import records_of, to_table
 from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
+from strata.physical.records import (
+    Association,
+    Broadcast,
+    Failure,
+    Keyed,
+    Multicasted,
+    PendingState,
+    StoredState,
+    Unkeyed,
+    dump_pending,
+    load_pending,
+)
 from strata.storage import fs
 from strata.storage.home import Home, StageLayout
 from strata.storage.increments import iter_batches, iter_records, write_table
 from strata.storage.partition_store import PartitionStore, RunInfo
-
-# Tags of the items the map side sends to partitions.
-K, B, M, R, P, A, S, E = "K", "B", "M", "R", "P", "A", "S", "E"
 
 
 @contextmanager
@@ -105,13 +111,13 @@ class EpochTask:
     def map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
         """Route the records of one input file (or state file) to partitions.
 
-        An error stops the split and travels to partition 0 as an ``E`` item, so the
+        An error stops the split and travels to partition 0 as a ``Failure``, so the
         job finishes and the driver reports it without Spark's stack traces.
         """
         try:
             yield from self._map_split(split)
         except EpochError as e:
-            yield 0, (E, e.to_dict())
+            yield 0, Failure((e.to_dict(),))
 
     def _map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
         n, kind = self.num_partitions, split[0]
@@ -124,7 +130,7 @@ class EpochTask:
             for rec in self._input_records(inp.flow_name, uri, part, parts):
                 if route is None:
                     seq += 1
-                    yield seq % n, (R, fi, rec)
+                    yield seq % n, Unkeyed((fi, rec))
                     continue
                 try:
                     how, target = evaluate_route(route, rec)
@@ -133,18 +139,18 @@ class EpochTask:
                                      flow=inp.flow_name, record=rec, has_record=True) from None
                 if how == KEYED:
                     for enc, key in target:
-                        yield partition_of(enc, n), (K, fi, enc, key, rec)
+                        yield partition_of(enc, n), Keyed((fi, enc, key, rec))
                 elif how == BROADCAST:
-                    item = (B, fi, target.flows, rec)
+                    item = Broadcast((fi, target.flows, rec))
                     for p in range(n):
                         yield p, item
                 elif how == MULTICAST:
-                    item = (M, fi, target, rec)
+                    item = Multicasted((fi, target, rec))
                     for p in range(n):
                         yield p, item
         elif kind == "pending":
-            for item in pickle.loads(fs.read_bytes(split[1])):
-                yield partition_of(item[1] if item[0] == P else item[2], n), item
+            for item in load_pending(fs.read_bytes(split[1])):
+                yield partition_of(item.enc, n), item
         elif kind == "blackbox":
             route = self.stage.state.route
             for rec in iter_records(split[1]):
@@ -153,7 +159,7 @@ class EpochTask:
                 except BadRoute as e:
                     raise RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
                                      flow=STATE, record=rec, has_record=True) from None
-                yield partition_of(enc, n), (S, enc, key, rec)
+                yield partition_of(enc, n), StoredState((enc, key, rec))
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown split {split!r}")
 
@@ -217,26 +223,26 @@ class _PartitionRun:
         assoc: dict[bytes, dict[bytes, Any]] = {}
         bbstate: dict[bytes, list] = {}
         for item in items:
-            tag = item[0]
-            if tag == K:
-                g = groups.get(item[2])
+            kind = type(item)
+            if kind is Keyed:
+                g = groups.get(item.enc)
                 if g is None:
-                    g = groups[item[2]] = [item[3], [[] for _ in range(nf)]]
-                g[1][item[1]].append(item[4])
-            elif tag == B:
-                bcast[item[1]].append((item[3], item[2]))
-            elif tag == M:
-                mcast.setdefault(item[2], []).append((item[1], item[3]))
-            elif tag == R:
-                own.append((item[1], item[2]))
-            elif tag == P:
-                pending.setdefault(item[1], [item[2], []])[1].append(item[3])
-            elif tag == A:
-                assoc.setdefault(item[1], {})[item[2]] = item[3]
-            elif tag == S:
-                bbstate.setdefault(item[1], [item[2], []])[1].append(item[3])
-            elif tag == E:
-                raise EpochError.from_dict(item[1])
+                    g = groups[item.enc] = [item.key, [[] for _ in range(nf)]]
+                g[1][item.flow].append(item.record)
+            elif kind is Broadcast:
+                bcast[item.flow].append((item.record, item.only))
+            elif kind is Multicasted:
+                mcast.setdefault(item.address, []).append((item.flow, item.record))
+            elif kind is Unkeyed:
+                own.append((item.flow, item.record))
+            elif kind is PendingState:
+                pending.setdefault(item.enc, [item.key, []])[1].append(item.record)
+            elif kind is Association:
+                assoc.setdefault(item.address, {})[item.enc] = item.key
+            elif kind is StoredState:
+                bbstate.setdefault(item.enc, [item.key, []])[1].append(item.record)
+            elif kind is Failure:
+                raise EpochError.from_dict(item.error)
         for addr, recs in mcast.items():
             for enc, key in assoc.get(addr, {}).items():
                 g = groups.get(enc)
@@ -298,19 +304,8 @@ class _PartitionRun:
                 args.append(iter(recs if order is None else sort_by(order, recs)))
         except BadRoute as e:
             raise self._err(RouteError, str(e), flow=flow, key=key, has_key=True) from None
-        try:
-            result = stage.translate(key, *args, out=out)
-        except UnknownOutput as e:
-            raise self._err(OutputError, str(e), flow=e.flow, key=key, has_key=True) from None
-        except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
-            first = next((r for recs in per_flow for r in recs), None)
-            raise self._err(TranslateError, f"{type(e).__name__}: {e}", key=key, has_key=True,
-                            record=first, has_record=first is not None,
-                            cause=traceback.format_exc()) from None
-        if result is not None:
-            raise self._err(OutputError, "translate returned a value; write records with "
-                            "out.write(flow, record) (a generator translate never runs its body)",
-                            key=key, has_key=True)
+        call_translate(stage, self.t.epoch, key, args, out,
+                       record=next((r for recs in per_flow for r in recs), None))
         for name, buf in out.outputs.items():
             b = self.bounds[name]
             if len(buf) != (b[-1][0] if b else 0):
@@ -319,7 +314,7 @@ class _PartitionRun:
         for rec in writes:
             self.state_written.append((rec, key))
         for akey, address in assoc:
-            self.assoc.append((A, encode_key(address), encode_key(akey), akey))
+            self.assoc.append(Association((encode_key(address), encode_key(akey), akey)))
 
     # -- writing ---------------------------------------------------------------------
     def _finish(self, called: set, stored: dict, pending: dict) -> dict:
@@ -355,7 +350,7 @@ class _PartitionRun:
                 result["state_bytes_compaction_read"] = self.compaction_read
         if self.remote or self.assoc:
             uri = t._file(t.layout.pending_dir, p, "pkl")
-            fs.write_bytes_atomic(uri, pickle.dumps(self.remote + self.assoc, protocol=5))
+            fs.write_bytes_atomic(uri, dump_pending(self.remote + self.assoc))
             result["pending"] = uri
         return result
 
@@ -418,7 +413,7 @@ class _PartitionRun:
             if anywhere or partition_of(senc, self.t.num_partitions) == self.p:
                 self.local.setdefault(senc, [skey, []])[1].append(rec)
             else:
-                self.remote.append((P, senc, skey, rec))
+                self.remote.append(PendingState((senc, skey, rec)))
 
 
 def _present(only, enc, groups, state_of, flows) -> bool:

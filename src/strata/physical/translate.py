@@ -27,7 +27,6 @@ that only the increment moved.
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from pyspark import cloudpickle
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.records import PendingState, load_pending
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -163,7 +163,7 @@ class TranslateProgram(StageProgram):
         else:
             recs = [r for _, _, rs in read_all(layout.root, st.runs) for r in rs]
         for f in st.pending:
-            recs += [item[3] for item in pickle.loads(fs.read_bytes(f)) if item[0] == "P"]
+            recs += [i.record for i in load_pending(fs.read_bytes(f)) if type(i) is PendingState]
         return recs
 
     @classmethod

@@ -14,7 +14,7 @@
   parts into answers. Its changes retract the old answer row and insert the new one.
 
 The result is an :class:`IncrementalQuery`, which ``explain()`` prints and
-:mod:`strata.queries.execution` runs on Spark.
+:mod:`strata.queries.evaluator` runs on Spark.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -38,13 +37,12 @@ from pyspark.sql import functions as F
 from strata.queries.algebra import GroupBy, Map, Query, Scan
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.execution import QueryProgram, cut, output_ddl
+from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT, widest
+from strata.queries.frames import cut
 from strata.queries.incremental import IncrementalQuery, derive
+from strata.queries.program import QueryProgram, output_ddl
 from strata.queries.sql import parse_sql
-
-if TYPE_CHECKING:
-    from strata.queries.execution import _EpochRun
 
 log = logging.getLogger(__name__)
 ITERATE = "iterate"  # the table holding the iterate's current value
@@ -157,7 +155,12 @@ class IterationProgram(QueryProgram):
                 "columns": list(self.it.columns), "ddl": self.output_ddl, "order_by": [],
                 "limit": None}
 
-    def evaluate(self, run: _EpochRun) -> DataFrame:
+    eval_mode = EvalMode.DIFFUSION
+
+    def whole_flows(self) -> dict[str, str]:
+        return {self.it.name: ITERATE}
+
+    def evaluate(self, run: Evaluator) -> DataFrame:
         it, tables = self.it, run.tables
         fresh = self._keyed(run.changes(self.init.root).where(f"{MULT} > 0"))
         fresh = fresh.dropDuplicates(["_g"])
@@ -169,11 +172,8 @@ class IterationProgram(QueryProgram):
         carried = tables.read(PENDING)
         if carried is not None:  # what the last step of the previous epoch moved
             dx = dx.unionByName(carried)
-        run.deferred = True
-        run.whole = {it.name: ITERATE}
         for i in range(it.times):
-            run.frames = {it.name: dx}
-            run.only = None if i == 0 else it.name
+            run.step({it.name: dx}, only=None if i == 0 else it.name)
             dy = run.changes(self.inc.root)
             new = self._keyed(dy.where(f"{MULT} > 0"))
             old = tables.lookup(ITERATE, new.select("_g"))
@@ -198,7 +198,6 @@ class IterationProgram(QueryProgram):
                 break
         # the step has not seen the last step's moves yet: the next epoch feeds them first
         tables.stage(PENDING, dx, [], "replace")
-        run.frames, run.only = {}, None
         out = self._epoch_changes(run)
         run.flush()
         return out
@@ -229,7 +228,7 @@ class IterationProgram(QueryProgram):
             out = out | far
         return out
 
-    def _epoch_changes(self, run: _EpochRun) -> DataFrame:
+    def _epoch_changes(self, run: Evaluator) -> DataFrame:
         """The iterate's changes over the whole epoch: the keys it moved, old out, new in."""
         over = run.tables.overlay[ITERATE].drop("_live")
         base = run.tables.read(ITERATE)
@@ -238,7 +237,7 @@ class IterationProgram(QueryProgram):
         old = base.join(over.select("_g"), "_g", "left_semi")
         n, o = over.alias("n"), old.alias("o")
         j = n.join(o, F.col("n._g") == F.col("o._g"), "left").where(
-            F.col("o._g").isNull() | self._differs("n", "o", exact=True)).persist()
-        run._cached.append(j)
+            F.col("o._g").isNull() | self._differs("n", "o", exact=True))
+        j = run.cache(j)
         return self._signed(j.select("n.*"), 1).unionByName(
             self._signed(j.where(F.col("o._g").isNotNull()).select("o.*"), -1))

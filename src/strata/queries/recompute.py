@@ -14,15 +14,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from strata.queries.execution import (
-    ANSWER,
-    COMPACT_FILES_PER_BUCKET,
-    QueryProgram,
-    QueryTables,
-    _EpochRun,
-)
+from strata.queries.evaluator import Evaluator
 from strata.queries.expressions import MULT
 from strata.queries.incremental import scanned
+from strata.queries.program import ANSWER, QueryProgram
+from strata.queries.tables import QueryTables
 
 INPUT = "input_{}"  # the table of one input flow's rows so far
 
@@ -33,24 +29,23 @@ class RecomputeProgram(QueryProgram):
     def answer_spec(self) -> dict:
         return {**super().answer_spec(), "table": ANSWER, "grouped": False}
 
-    def evaluate(self, run: _EpochRun) -> DataFrame:
+    def evaluate(self, run: Evaluator) -> DataFrame:
         tables = run.tables
         everything = {}
         for flow in sorted(scanned(self.inc.root)):
             name = INPUT.format(flow)
             new, old = run.flow_rows(flow), tables.read(name)
             rows = new if old is None else old.unionByName(new)
-            if len(tables.live.get(name, {}).get("files", [])) >= COMPACT_FILES_PER_BUCKET:
+            if tables.needs_compaction(name, bucketed=False):
                 tables.stage(name, _netted(rows), [], "replace")
             else:
                 tables.stage(name, new, [], "append")
             everything[flow] = rows
         # against empty state, the incremental program's changes are the whole answer
         scratch = QueryTables(run.spark, tables.layout, {}, tables.n, tables.token, sweep=False)
-        whole = _EpochRun(self, run.spark, scratch, {})
-        whole.frames = everything
+        whole = Evaluator(self, run.spark, scratch, {}, frames=everything)
         try:
-            answer = run._materialize(_netted(whole.changes(self.inc.root)))
+            answer = run.materialize(_netted(whole.changes(self.inc.root)))
         finally:
             whole.release()
         tables.stage(ANSWER, answer, [], "replace")

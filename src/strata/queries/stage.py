@@ -25,11 +25,11 @@ from strata.model.schema import parse_ddl, to_ddl, type_ddl
 from strata.queries.algebra import Query
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError
-from strata.queries.execution import QueryProgram, output_ddl
 from strata.queries.expressions import MULT
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.iteration import Iteration, IterationProgram, compile_iteration
 from strata.queries.monoids import UserAggregate
+from strata.queries.program import QueryProgram, output_ddl
 from strata.queries.recompute import RecomputeProgram
 from strata.queries.sql import parse_sql
 from strata.storage.increments import read_records

@@ -9,14 +9,14 @@ multicasts.
 
 from __future__ import annotations
 
-import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from strata.model.dataflow import STATE, Stage
-from strata.model.emitter import Emitter, UnknownOutput
-from strata.model.errors import OutputError, RouteError, SchemaError, TranslateError
+from strata.model.emitter import Emitter
+from strata.model.errors import RouteError, SchemaError
+from strata.model.invoke import call_translate
 from strata.model.keys import encode_key
 from strata.model.route_eval import (
     BROADCAST,
@@ -102,19 +102,8 @@ def run_stage_epoch(
                 raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=inp.flow_name,
                                  key=key, has_key=True) from None
         before = {n: len(b) for n, b in out.outputs.items()}
-        try:
-            result = stage.translate(key, *args, out=out)
-        except UnknownOutput as e:
-            raise OutputError(str(e), stage=stage.name, epoch=epoch, flow=e.flow, key=key,
-                              has_key=True) from None
-        except Exception as e:  # noqa: BLE001
-            raise TranslateError(f"{type(e).__name__}: {e}", stage=stage.name, epoch=epoch,
-                                 key=key, has_key=True, cause=traceback.format_exc()) from e
-        if result is not None:
-            raise OutputError(
-                "translate returned a value; write records with out.write(flow, record) "
-                "(a generator translate never runs its body)",
-                stage=stage.name, epoch=epoch, key=key, has_key=True)
+        call_translate(stage, epoch, key, args, out,
+                       record=next((r for recs in per_flow.values() for r in recs), None))
         for name, buf in out.outputs.items():  # records are what their schema makes of them
             buf[before[name]:] = _check_schema(stage, epoch, name, buf[before[name]:], key)
         writes, assoc = out.take_state_and_associations()

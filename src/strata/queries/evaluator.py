@@ -1,0 +1,320 @@
+"""Evaluating a query's changes for one epoch as Spark DataFrame plans (no Python per
+record): the incremental operators ``h``, ``⊗`` and ``a`` of each group-by and join."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from strata.model.errors import StrataError
+from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
+from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
+from strata.queries.frames import cut, empty_frame, local_rows, spark_type
+from strata.queries.incremental import GroupPlan, JoinPlan, scanned
+from strata.queries.tables import QueryTables
+from strata.storage.increments import Increment
+
+if TYPE_CHECKING:
+    from strata.queries.program import QueryProgram
+
+MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
+
+
+class EvalMode(Enum):
+    """How an :class:`Evaluator` merges changes into state."""
+
+    EPOCH = "epoch"
+    """One pass: a group-by merges its changes with its whole state (a full outer join),
+    join inputs are appended, and results used twice are cached."""
+    DIFFUSION = "diffusion"
+    """An iteration's steps: a group-by merges only the groups a step touches (a right
+    outer join with the state, the paper's diffusion) into an overlay, join inputs are
+    held back, and :meth:`Evaluator.flush` merges everything into the tables once."""
+
+
+class Evaluator:
+    """Evaluates the changes of every operator of a query for one epoch (bottom-up).
+
+    ``frames`` gives flows' changes directly (instead of reading the epoch's increments);
+    ``whole`` names, per flow, the keyed table that holds all its rows (an iterate)."""
+
+    def __init__(self, program: QueryProgram, spark: SparkSession, tables: QueryTables,
+                 inputs: Mapping[str, Increment | Sequence[Increment]], *,
+                 mode: EvalMode = EvalMode.EPOCH,
+                 frames: Mapping[str, DataFrame] | None = None,
+                 whole: Mapping[str, str] | None = None) -> None:
+        self.program, self.spark, self.tables, self.inputs = program, spark, tables, inputs
+        self.mode = mode
+        self._frames: dict[str, DataFrame] = dict(frames or {})
+        self._whole: dict[str, str] = dict(whole or {})
+        self._deferred = mode is EvalMode.DIFFUSION  # until flushed
+        self._only: str | None = None  # when set: subtrees not reading this flow are quiet
+        self._cached: list[DataFrame] = []
+        self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
+        self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
+        self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
+
+    def step(self, frames: Mapping[str, DataFrame], only: str | None = None) -> None:
+        """Start a step of a diffusion: ``frames`` are the changes given directly, and
+        with ``only`` every subtree that does not read that flow is quiet (unchanged)."""
+        if self.mode is not EvalMode.DIFFUSION:
+            raise StrataError("steps belong to a diffusion (EvalMode.DIFFUSION)")
+        self._frames, self._only = dict(frames), only
+
+    def cache(self, df: DataFrame) -> DataFrame:
+        """``df`` persisted until :meth:`release` (computed once however often it is used)."""
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self._cached:
+            df.unpersist()
+
+    def flush(self) -> None:
+        """Write what a diffusion held back: join inputs, then merged group states."""
+        self._deferred = False
+        self._frames, self._only = {}, None
+        for name, frames in self._held.items():
+            delta = frames[0]
+            for f in frames[1:]:
+                delta = delta.unionByName(f)
+            self._append(name, delta, self.tables.read(name), self._lineage[name])
+        self._held.clear()
+        self.tables.flush_overlays()
+
+    def changes(self, node: Node) -> DataFrame:
+        """The rows ``node``'s result gains (``_mult`` > 0) and loses (< 0) this epoch."""
+        if self._only is not None and self._only not in scanned(node):
+            return self._empty(node)
+        if isinstance(node, Scan):
+            return self._scan(node)
+        if isinstance(node, Nearest):
+            return self._nearest(node, self.changes(node.left))
+        if isinstance(node, Map):
+            d = self.changes(node.child)
+            if node.where is not None:
+                d = d.where(F.expr(to_sql(node.where)))
+            if node.outputs is not None:
+                d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
+            return d
+        if isinstance(node, Join):
+            return self._join(self.program.inc.joins[id(node)],
+                              self.changes(node.left), self.changes(node.right))
+        if isinstance(node, GroupBy):
+            return self._group(self.program.inc.groups[id(node)], self.changes(node.child))
+        raise StrataError(f"cannot run query operator {type(node).__name__}")
+
+    def _empty(self, node: Node) -> DataFrame:
+        ddl = ", ".join([*(f"`{c}` {t}" for c, t in node.columns.items()), f"{MULT} bigint"])
+        return empty_frame(self.spark, ddl)
+
+    def _scan(self, node: Scan) -> DataFrame:
+        if node.flow in self._frames:
+            df = self._frames[node.flow]
+            return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                             MULT)
+        df = self.flow_rows(node.flow)
+        return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                         MULT)
+
+    def flow_rows(self, flow: str) -> DataFrame:
+        """The epoch's increment of input ``flow``: its columns and ``_mult`` (1 if the
+        flow has none)."""
+        incs = self.inputs.get(flow, ())
+        files = [f for inc in ([incs] if isinstance(incs, Increment) else incs)
+                 for f in inc.files]
+        ddl = self.program.flow_ddl[flow]
+        df = (self.spark.read.schema(ddl).parquet(*files) if files
+              else empty_frame(self.spark, ddl))
+        if MULT in df.columns:
+            return df.withColumn(MULT, F.col(MULT).cast("bigint"))
+        return df.withColumn(MULT, F.lit(1).cast("bigint"))
+
+    def materialize(self, df: DataFrame) -> DataFrame:
+        """``df``, computed once when first used. A diffusion leaves it as it is: what one
+        step passes to the next is cut from its plan by :meth:`QueryTables.upsert` and
+        :func:`~strata.queries.frames.cut` (many cached plans would slow down the planning
+        of every step, as Spark compares each plan with every cached one)."""
+        return df if self._deferred else self.cache(df)
+
+    # -- join ------------------------------------------------------------------------------
+    def _join(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame) -> DataFrame:
+        node = plan.node
+        types = [widest([node.left.columns[a], node.right.columns[b]]) for a, b in node.on]
+
+        lineage = [f"_j{i}" for i in range(len(types))]
+
+        def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
+            # the lineage is the join key cast to a common type, one top-level column per
+            # part: Spark hashes and compares those far faster than a struct of them
+            ok = F.lit(True)
+            for c in cols:
+                ok = ok & F.col(f"`{c}`").isNotNull()  # NULL never equals anything
+            return d.where(ok).select("*", *[
+                F.col(f"`{c}`").cast(t).alias(j)
+                for c, t, j in zip(cols, types, lineage, strict=True)])
+
+        dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
+        left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
+            f"{plan.name}_right")
+        lcols, rcols = list(node.left.columns), list(node.right.columns)
+        on = functools.reduce(operator.and_, [F.col(f"l.{j}") == F.col(f"r.{j}")
+                                              for j in lineage])
+
+        def pair(a: DataFrame, b: DataFrame) -> DataFrame:
+            j = a.alias("l").join(b.alias("r"), on)
+            return j.select(*[F.col(f"l.`{c}`") for c in lcols],
+                            *[F.col(f"r.`{c}`") for c in rcols],
+                            (F.col(f"l.{MULT}") * F.col(f"r.{MULT}")).alias(MULT))
+
+        # a side known to be empty (quiet in an iteration step) joins with nothing: its
+        # pairs are not built at all, as analysing them would cost more with every step
+        quiet_l, quiet_r = local_rows(dl) == 0, local_rows(dr) == 0
+        parts = [pair(dl, dr)]
+        if right is not None and not quiet_l:
+            parts.append(pair(dl, right))
+        if left is not None and not quiet_r:
+            parts.append(pair(left, dr))
+        # rows held back by earlier steps of this epoch (joined apart, so that the
+        # bucketed tables above are still read where they lie)
+        if not quiet_l:
+            parts += [pair(dl, r) for r in self._held.get(f"{plan.name}_right", [])]
+        if not quiet_r:
+            parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        out = self.materialize(out)
+        for side, delta, old in (("left", dl, left), ("right", dr, right)):
+            self._append(f"{plan.name}_{side}", delta, old, lineage)
+        return out
+
+    def _append(self, name: str, delta: DataFrame, old: DataFrame | None,
+                lineage: list[str]) -> None:
+        """Append a join input's increment to its table; when the table has many files,
+        first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
+        if self._deferred:
+            if local_rows(delta) != 0:
+                self._held.setdefault(name, []).append(delta)
+                self._lineage[name] = lineage
+            return
+        if old is not None and self.tables.needs_compaction(name):
+            # grouping the bucketed table by all its columns (the lineage among them)
+            # needs no shuffle: each bucket is netted where it lies
+            cols = [c for c in old.columns if c != MULT]
+            netted = (old.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(f"{MULT} <> 0")
+                      .select(*old.columns))
+            self.tables.stage(name, netted, lineage, "replace")
+        self.tables.stage(name, delta, lineage, "append")  # bucketed where it is: no shuffle
+
+    # -- nearest join ----------------------------------------------------------------------
+    def _nearest(self, node: Nearest, d: DataFrame) -> DataFrame:
+        """This epoch's rows assigned to the nearest current center. A later step of the
+        epoch re-assigns them: it retracts the previous assignment and inserts the new."""
+        rows, before = self._assigned.get(id(node), (None, None))
+        if rows is None:  # the first step: the epoch's new rows
+            rows = cut(d)[0]
+        assert isinstance(node.right, Scan)
+        centers = self.tables.current(self._whole[node.right.flow])
+        cols = list(node.right.schema)
+        got = centers.select(*cols).limit(MAX_CENTERS + 1).collect() if centers else []
+        if len(got) > MAX_CENTERS:
+            raise StrataError(f"a nearest join compares each row with every center; "
+                              f"{node.right.flow} has more than {MAX_CENTERS}")
+        if not got:
+            now = self._empty(node)
+        else:
+            prefixed = [node.right.prefix + c for c in cols]
+            dists = []
+            for i, r in enumerate(got):
+                lits = {p: exp.cast(exp.Literal.string(str(r[c])) if r[c] is not None
+                                    else exp.Null(), node.right.columns[p])
+                        for p, c in zip(prefixed, cols, strict=True)}
+                dist = F.expr(to_sql(substitute(node.distance, lits)))
+                dists.append(F.struct(F.coalesce(dist.cast("double"), F.lit(float("inf"))),
+                                      F.lit(i)))
+            pick = (F.least(*dists) if len(dists) > 1 else dists[0]).getField("col2")
+            table = self.spark.createDataFrame(
+                [(i, *[r[c] for c in cols]) for i, r in enumerate(got)],
+                ", ".join(["`_i` int", *(f"`{p}` {node.right.columns[p]}"
+                                          for p in prefixed)]))
+            now = (rows.withColumn("_i", pick).join(F.broadcast(table), "_i")
+                   .select(*node.columns, MULT))
+        now = cut(now)[0]
+        self._assigned[id(node)] = (rows, now)
+        if before is None:
+            return now
+        return now.unionByName(before.withColumn(MULT, -F.col(MULT)))
+
+    # -- group-by --------------------------------------------------------------------------
+    def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
+        node = plan.node
+        key_cols = [F.expr(to_sql(e)).alias(n) for n, e in node.keys] or [F.lit(0).alias("_t")]
+        keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
+        plain = [p for p in plan.parts if p.kind != "multiset"]
+        h = keyed.groupBy("_g").agg(*[F.expr(p.lift).alias(p.name) for p in plain])
+        for p in plan.parts:
+            if p.kind != "multiset":
+                continue
+            v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
+                 .groupBy("_g", F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
+                 .where("_c <> 0")
+                 .groupBy("_g").agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
+                                    .alias(p.name)))
+            h = h.join(v, "_g", "left")
+        outputs = [n for n, _ in node.outputs]
+        if self._deferred:  # only the groups this step touches
+            state = self.tables.lookup(plan.name, h.select("_g"))
+        else:
+            state = self.tables.read(plan.name)
+        if state is None:  # no state yet: an empty table of the same shape
+            empty = h.select("*", *[F.lit(None).cast(spark_type(node.columns[o])).alias(o)
+                                    for o in outputs], F.lit(False).alias("_keep")).limit(0)
+            state = empty
+        s, dd = state.alias("s"), h.alias("d")
+        j = s.join(dd, F.col("s._g") == F.col("d._g"),
+                   "right_outer" if self._deferred else "full_outer")
+        merged = [F.coalesce(F.col("s._g"), F.col("d._g")).alias("_g"),
+                  F.col("d._g").isNotNull().alias("_touched"),
+                  F.coalesce(F.col("s._keep"), F.lit(False)).alias("_old_keep"),
+                  *[F.col(f"s.`{o}`").alias(f"_old_{o}") for o in outputs]]
+        merged += [F.expr(bind(p.merge, {"s": f"s.`{p.name}`", "d": f"d.`{p.name}`"}))
+                   .alias(p.name) for p in plan.parts]
+        m = j.select(*merged)
+        filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
+                  for p in plan.parts}
+        scope = {n: f"_g.`{n}`" for n, _ in node.keys}  # a: over keys and aggregate answers
+        scope.update({a: bind(sql, filled) if filled else sql
+                      for a, sql in plan.answer_sql().items()})
+        m = m.select("*", *[F.expr(bind(to_sql(e), scope)).alias(o)
+                            for o, e in node.outputs])
+        keep = F.col("_cnt") != 0
+        if node.having is not None:
+            keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
+        m = m.withColumn("_keep", keep)
+        m = cut(m)[0] if self._deferred else self.materialize(m)
+        state_cols = ["_g", *[p.name for p in plan.parts], *outputs, "_keep"]
+        if self._deferred:
+            self.tables.upsert(plan.name, m.select(*state_cols), F.col("_cnt") != 0)
+        else:
+            self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],
+                              "replace")
+        same = F.lit(True)
+        for o in outputs:
+            same = same & F.col(f"`{o}`").eqNullSafe(F.col(f"`_old_{o}`"))
+        touched = m.where("_touched")
+        retract = touched.where(F.col("_old_keep") & ~(F.col("_keep") & same)).select(
+            *[F.col(f"`_old_{o}`").alias(o) for o in outputs], F.lit(-1).cast("bigint")
+            .alias(MULT))
+        insert = touched.where(F.col("_keep") & ~(F.col("_old_keep") & same)).select(
+            *[F.col(f"`{o}`") for o in outputs], F.lit(1).cast("bigint").alias(MULT))
+        return self.materialize(retract.unionByName(insert))

@@ -1,0 +1,114 @@
+"""Spark DataFrame utilities of the query layer, with no query knowledge.
+
+Cutting a plan's lineage (:func:`cut`), recognising rows the driver already holds
+(:func:`local_rows`), empty frames Spark's optimizer can prune (:func:`empty_frame`),
+running an epoch's writes as concurrent jobs (:func:`run_all`) and writing Parquet with
+less fixed work per write (:func:`write_parquet`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+
+from pyspark import inheritable_thread_target
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import DataType, StructType, _parse_datatype_string
+
+from strata.storage import fs
+
+DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritten table up
+# to this many rows: written by the driver
+WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
+
+
+def spark_type(sql_type: str) -> DataType:
+    """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields)."""
+    return _parse_datatype_string(sql_type)
+
+
+def ddl_of(schema: StructType) -> str:
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+
+
+def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
+    """``df`` computed now, as a DataFrame without lineage, and its rows if counted.
+
+    Up to ``DRIVER_ROWS`` rows (an iteration step's changes usually are) come to the driver
+    as Arrow and go back as a local DataFrame: one small job, and the plans built on it stay
+    shallow and cheap to schedule however many steps run. More rows are checkpointed on the
+    executors instead."""
+    rows = local_rows(df)
+    if rows is not None:
+        return df, rows
+    table = df.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+    if table.num_rows <= DRIVER_ROWS:
+        return df.sparkSession.createDataFrame(table, schema=df.schema), table.num_rows
+    return df.localCheckpoint(eager=True), None
+
+
+def local_rows(df: DataFrame) -> int | None:
+    """How many rows ``df`` has if Spark's optimizer makes it a local relation (rows held
+    by the driver, e.g. from :func:`cut`, filtered or projected); else None."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    if plan.getClass().getSimpleName() == "LocalRelation":
+        return plan.data().size()
+    return None
+
+
+def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
+    """An empty DataFrame of schema ``ddl`` that Spark's optimizer knows to be empty (a
+    local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
+    schema = spark_type(ddl)
+    return spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
+
+
+def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
+    """Run an epoch's writes as concurrent Spark jobs (one thread each, up to
+    ``WRITE_THREADS``), so that one job's planning, file commits and scheduling overlap
+    another's tasks; they read the same cached DataFrames. Waits for all of them, then
+    raises the first error (in the order given)."""
+    if WRITE_THREADS <= 1 or len(writes) <= 1:
+        for w in writes:
+            w()
+        return
+    global _POOL
+    if _POOL is None:  # threads kept between epochs: each has its own JVM connection
+        _POOL = ThreadPoolExecutor(WRITE_THREADS, "strata-write")
+    # each write inherits the caller's job group and description (Spark's local properties)
+    inherit = inheritable_thread_target(spark)
+    futures = [_POOL.submit(inherit(w)) for w in writes]
+    wait(futures)
+    for f in futures:
+        f.result()
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) -> None:
+    """Write ``df`` as Parquet files into the new directory ``path`` through Spark's
+    committer, with less fixed work per write (it shows in small epochs): no ``_SUCCESS``
+    marker (a manifest says which files are live), and on a local filesystem no ``.crc``
+    file per file. The directory and the committer's ``_temporary/0/_temporary`` are made
+    here, because Hadoop's local filesystem (without its native library) starts a
+    ``chmod`` process for every directory and file it creates."""
+    fsys, p = fs.resolve(path)
+    fsys.create_dir(f"{p}/_temporary/0/_temporary", recursive=True)
+    writer = df.write.mode("append").option(
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    if "://" not in path or path.startswith("file:"):
+        writer = (writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+                  .option("fs.file.impl.disable.cache", "true"))
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(path)
+
+
+def set_confs(spark: SparkSession, confs: Mapping[str, str]) -> dict[str, str]:
+    """Set session confs; their previous values (for setting them back)."""
+    previous = {k: spark.conf.get(k) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    return previous

@@ -1,0 +1,186 @@
+"""The program of query stages: one epoch of an incremental query as DataFrame plans.
+
+:class:`QueryProgram` implements the stage-program contract (``physical/program.py``):
+``run`` evaluates the epoch's changes with an :class:`~strata.queries.evaluator.Evaluator`,
+writes the changed tables into staging and the changes as the output increment, moves the
+staged files into place and describes the new tables; the runner commits the manifest.
+The committed state is read back (``read_state``, ``read_answer``) from files alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
+from strata.model.schema import parse_ddl
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.queries import frames
+from strata.queries.algebra import GroupBy
+from strata.queries.evaluator import EvalMode, Evaluator
+from strata.queries.expressions import MULT
+from strata.queries.frames import run_all, set_confs, spark_type, write_parquet
+from strata.queries.incremental import IncrementalQuery
+from strata.queries.tables import QueryTables
+from strata.storage import fs
+from strata.storage.home import StageLayout
+from strata.storage.increments import Increment, read_records, write_table
+from strata.storage.manifest import StateSnapshot
+
+ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
+OUTPUT_ROWS_PER_TASK = 1_000_000  # input records per task writing an epoch's changes
+# Session confs while a query epoch runs (besides its shuffle partitions). Spark plans a
+# cached DataFrame (each epoch caches two or three) without automatic bucketed-scan removal
+# and, unless cached plans may change their output partitioning, without AQE's final-stage
+# shuffle optimisations: it clones the whole session to switch off any of these that is on.
+# Off for the epoch, the session is used as it is. The plans stay the same: AQE is off in
+# strata, and an epoch scans its tables in cached plans or in a grouping that needs buckets.
+EPOCH_CONF = {"spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+              "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false"}
+
+
+class QueryProgram(StageProgram):
+    """The compiled form of a query stage: runs its epochs on Spark."""
+
+    kind = "query"
+    eval_mode = EvalMode.EPOCH  # how its evaluator merges changes into state
+
+    def whole_flows(self) -> dict[str, str]:
+        """Flows whose whole contents a keyed table holds (an iteration's iterate)."""
+        return {}
+
+    def __init__(self, inc: IncrementalQuery, flow_ddl: Mapping[str, str], output: str,
+                 output_ddl: str) -> None:
+        self.inc = inc
+        self.flow_ddl = dict(flow_ddl)  # input flow -> its DDL (with _mult if it has one)
+        self.output = output
+        self.output_ddl = output_ddl
+        self._casts: list[str] | None = None
+        self._schema: pa.Schema | None = None
+
+    def answer_spec(self) -> dict:
+        """What reading the answer needs, kept in each epoch's manifest so that the answer
+        can be read without the dataflow or Spark (``strata show NAME``)."""
+        root, q = self.inc.root, self.inc.query
+        grouped = isinstance(root, GroupBy)
+        counts = []
+        if grouped and not root.keys:  # a total aggregate over no rows: count 0, else NULL
+            counts = [n for n, e in root.outputs if getattr(e, "name", "") in {
+                f"_a{i}" for i, a in enumerate(root.aggs) if a.func == "count"}]
+        return {"table": self.inc.groups[id(root)].name if grouped else ANSWER,
+                "grouped": grouped, "total": grouped and not root.keys,
+                "total_counts": counts, "columns": list(q.columns), "ddl": self.output_ddl,
+                "order_by": [list(o) for o in q.order_by], "limit": q.limit}
+
+    # -- one epoch -------------------------------------------------------------------------
+    def evaluate(self, run: Evaluator) -> DataFrame:
+        """The epoch's output changes; the new table contents are staged in ``run``."""
+        changes = run.changes(self.inc.root)
+        if not isinstance(self.inc.root, GroupBy):
+            run.tables.stage(ANSWER, changes, [], "append")
+        return changes
+
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        spark, n = ctx.spark, ctx.num_partitions
+        previous = set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
+        out_dir = ctx.output_dir(self.output)
+        try:
+            tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
+            run = Evaluator(self, spark, tables, ctx.inputs, mode=self.eval_mode,
+                            whole=self.whole_flows())
+            try:
+                changes = self.evaluate(run)
+                out = changes.selectExpr(*self._output_casts())
+                write_out = functools.partial(self._write_output, out, out_dir,
+                                              _output_tasks(ctx.input_records, n))
+                run_all(spark, [*tables.writes(), write_out])
+            finally:
+                run.release()
+        finally:
+            set_confs(spark, previous)
+        files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
+                 if f.startswith("part-")]
+        rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
+                   for fsys, path in map(fs.resolve, files))
+        outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
+        return EpochOutcome(outputs, {"tables": tables.commit_files(),
+                                      "answer": self.answer_spec()}, n)
+
+    # -- the committed state, read from files -------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """Rows of each table, marked with the table's name."""
+        return [{"_table": name, **r} for name, t in _tables_of(snap).items()
+                for r in read_records(t["files"])]
+
+    @classmethod
+    def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
+        from strata.queries.stage import read_answer
+
+        return read_answer(snap)
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        return sum(fs.size_of(f) for t in state.get("tables", {}).values() for f in t["files"])
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        referenced = {f for t in _tables_of(keep).values() for f in t["files"]}
+        for table in fs.list_dir(layout.tables_root):
+            for name in fs.list_dir(layout.table_dir(table)):
+                uri = fs.join(layout.table_dir(table), name)
+                if uri not in referenced:
+                    fs.delete_quietly(uri)
+        fs.delete_quietly(layout.staging_dir())
+
+    def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
+        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
+        increment's changes usually are) come to the driver as Arrow and are written as one
+        file the way ingested increments are, which costs a fraction of a Spark write job
+        (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
+        ``tasks`` tasks."""
+        table = out.coalesce(1).limit(frames.DRIVER_ROWS + 1).toArrow()
+        if table.num_rows <= frames.DRIVER_ROWS:
+            try:
+                table = table.cast(self._output_schema())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # a type Arrow does not cast to the declared one: Spark writes it
+            else:
+                write_table(fs.join(out_dir, "part-00000.parquet"), table)
+                return
+        write_parquet(out.coalesce(tasks), out_dir)
+
+    def _output_schema(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = parse_ddl(self.output_ddl)
+        return self._schema
+
+    def _output_casts(self) -> list[str]:
+        """SQL casting the changes' columns to the declared output schema, in its order."""
+        if self._casts is None:
+            self._casts = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`"
+                           for f in spark_type(self.output_ddl).fields]
+        return self._casts
+
+
+def _output_tasks(records: int, n: int) -> int:
+    """How many tasks write an epoch's changes: one per ``OUTPUT_ROWS_PER_TASK`` input
+    records (the changes of a group-by are at most twice its input's groups), at most
+    ``n``. An epoch's changes are usually small, and a write costs about the same per
+    task and file whatever their size."""
+    return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
+
+
+def output_ddl(columns: Mapping[str, str]) -> str:
+    """The DDL of a query's output flow: its columns and the multiplicity."""
+    return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
+
+
+
+def _tables_of(snap: StateSnapshot) -> dict[str, dict]:
+    """A query stage's committed tables: name -> files, DDL, lineage (and rows)."""
+    return snap.state.get("tables", {})

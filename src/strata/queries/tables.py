@@ -1,0 +1,269 @@
+"""The state tables of one query stage in one epoch: bucketed Parquet, written by stage.
+
+A query's state lives in Parquet tables under ``state/<stage>/tables/<name>/``, bucketed
+by the query's lineage keys and registered in the session's catalog as
+``CLUSTERED BY (lineage) INTO n BUCKETS`` at their location. Spark then joins a table with
+an increment bucketed the same way by shuffling only the increment: the state side is read
+where it lies, in every epoch and after restarts (docs/architecture.md, "Query state:
+bucketed tables"). An epoch *stages* its table writes (:meth:`QueryTables.stage`), runs
+them with its output write, and moves the files into place (:meth:`QueryTables.commit_files`)
+just before its manifest is committed. Files that an interrupted epoch moved but never
+committed are deleted before the next epoch reads anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import SparkContext
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from strata.model.errors import StrataError
+from strata.queries import frames
+from strata.queries.frames import cut, ddl_of, write_parquet
+from strata.storage import fs
+from strata.storage.home import StageLayout
+from strata.storage.increments import write_table
+
+BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
+COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
+
+
+def _registered(spark: SparkSession) -> set[str]:
+    """The strata tables this Spark application's catalog already has (registering one is
+    a catalog round trip per epoch otherwise; a catalog is shared by the sessions of one
+    application, that is of one SparkContext)."""
+    return _REGISTERED.setdefault(spark.sparkContext, set())
+
+
+_REGISTERED: weakref.WeakKeyDictionary[SparkContext, set[str]] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class _Staged:
+    """A table write of the epoch: ``df`` until written, then the ``files`` in staging."""
+
+    name: str
+    ddl: str
+    mode: str  # "append" or "replace"
+    lineage: list[str]
+    path: str
+    df: DataFrame | None
+    files: list[str] = field(default_factory=list)
+    rows: int | None = None  # of a replacing write, once written
+
+
+class QueryTables:
+    """The state tables of one query stage in one epoch."""
+
+    def __init__(self, spark: SparkSession, layout: StageLayout, live: Mapping[str, dict],
+                 n: int, token: str, sweep: bool = True) -> None:
+        self.spark, self.layout, self.n, self.token = spark, layout, n, token
+        self.live = {k: dict(v) for k, v in live.items()}
+        self.staged: list[_Staged] = []
+        self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
+        self._read: dict[str, DataFrame | None] = {}
+        if sweep:
+            self._sweep()
+
+    def _dir(self, name: str) -> str:
+        return self.layout.table_dir(name)
+
+    def _sweep(self) -> None:
+        """Delete files an interrupted epoch moved into a table but never committed."""
+        for name in fs.list_dir(self.layout.tables_root):
+            keep = set(self.live.get(name, {}).get("files", []))
+            for f in fs.list_dir(self._dir(name)):
+                if fs.join(self._dir(name), f) not in keep:
+                    fs.delete_quietly(fs.join(self._dir(name), f))
+        fs.delete_quietly(self.layout.staging_dir())
+
+    def read(self, name: str) -> DataFrame | None:
+        """The committed table (bucketed by its lineage), or None if it has no rows yet."""
+        if name not in self._read:  # its files do not change before the epoch commits
+            self._read[name] = self._open(name)
+        return self._read[name]
+
+    def _open(self, name: str) -> DataFrame | None:
+        t = self.live.get(name)
+        if not t or not t["files"]:
+            return None
+        if not t["lineage"]:
+            return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
+        ident = "strata_" + hashlib.sha1(
+            f"{self._dir(name)}|{t['ddl']}|{self.n}".encode()).hexdigest()[:20]
+        registered = _registered(self.spark)
+        if ident not in registered:
+            cols = ", ".join(f"`{c}`" for c in t["lineage"])
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({t['ddl']}) USING parquet "
+                           f"CLUSTERED BY ({cols}) INTO {self.n} BUCKETS "
+                           f"LOCATION '{self._dir(name)}'")
+            registered.add(ident)
+        self.spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
+        return self.spark.table(ident)
+
+    def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
+        """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
+        files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
+        the epoch's staged writes, which run together with the epoch's output write."""
+        path = fs.join(self.layout.staging_dir(self.token), f"{name}-{len(self.staged)}")
+        self.staged.append(_Staged(name, ddl_of(df.schema), mode, list(lineage), path, df))
+
+    def writes(self) -> list[Callable[[], None]]:
+        """One function per staged table write; each writes its files into staging."""
+        return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
+
+    def _write(self, s: _Staged) -> None:
+        if s.lineage:
+            files = None
+            if s.mode == "append" or self._small(s.name):
+                files, s.rows = self._write_small_bucketed(s.df, s.lineage, s.path)
+            if files is None:
+                files = self._write_bucketed(s.df, s.lineage, s.path)
+                if s.mode == "replace":  # from the files' footers: no Spark job
+                    s.rows = sum(pq.read_metadata(p, filesystem=fsys).num_rows
+                                 for fsys, p in map(fs.resolve, files))
+            s.files = files
+        else:
+            write_parquet(s.df, s.path)
+            s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
+        s.df = None
+
+    def _small(self, name: str) -> bool:
+        """Whether table ``name`` had at most half of ``DRIVER_ROWS`` rows: a rewrite of
+        it likely fits on the driver (one that does not falls back to Spark)."""
+        rows = self.live.get(name, {}).get("rows")
+        return rows is not None and rows <= frames.DRIVER_ROWS // 2
+
+    def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
+                              path: str) -> tuple[list[str] | None, int]:
+        """Like :meth:`_write_bucketed` for up to ``DRIVER_ROWS`` rows (an increment
+        appended to a join input or a small group-by's state usually is): the rows, with
+        their bucket, come to the driver as Arrow and each bucket is written as one file.
+        The files (None if there are more rows) and the number of rows."""
+        table = (df.withColumn(BUCKET, self._bucket(lineage)).coalesce(1)
+                 .limit(frames.DRIVER_ROWS + 1).toArrow())
+        if table.num_rows > frames.DRIVER_ROWS:
+            return None, table.num_rows
+        bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
+        files = []
+        for b in sorted(pc.unique(bucket).to_pylist()):
+            uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
+            write_table(uri, table.filter(pc.equal(bucket, b)))
+            files.append(uri)
+        return files, table.num_rows
+
+    def _bucket(self, lineage: Sequence[str]) -> Column:
+        """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
+        cols = ", ".join(f"`{c}`" for c in lineage)
+        return F.expr(f"pmod(hash({cols}), {self.n})")
+
+    def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
+        """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
+
+        A row's bucket is Spark's own (``pmod(murmur3(lineage), n)``, the expression behind
+        ``bucketBy``), written as a partition column: each bucket's files land in their
+        own directory and are renamed with the bucket number as ``bucketBy`` names them
+        (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan assigns files
+        to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
+        needs no catalog table per write. The rows stay in the partitions they were
+        computed in (no shuffle), in at most one task per core."""
+        tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
+        write_parquet(df.withColumn(BUCKET, self._bucket(lineage)).coalesce(tasks), path,
+                      [BUCKET])
+        files = []
+        for d in fs.list_dir(path):
+            if not d.startswith(f"{BUCKET}="):
+                continue
+            b = int(d.split("=", 1)[1])
+            for f in fs.list_dir(fs.join(path, d)):
+                if f.startswith("part-"):
+                    stem, ext = f.split(".", 1)
+                    dst = fs.join(path, f"{stem}_{b:05d}.{ext}")
+                    fs.move(fs.join(path, d, f), dst)
+                    files.append(dst)
+        return sorted(files)
+
+    # -- deferred writes (the steps of an iteration) -----------------------------------
+    def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:
+        """The rows of keyed table ``name`` (committed, then overridden by rows upserted
+        this epoch) whose ``_g`` is among ``keys``; None if it has neither."""
+        base, over = self.read(name), self.overlay.get(name)
+        if base is None and over is None:
+            return None
+        found = None
+        if base is not None:  # a semi join with the bucketed table shuffles only ``keys``
+            found = base.join(keys, "_g", "left_semi")
+            if over is not None:
+                found = found.join(over.select("_g"), "_g", "left_anti")
+        if over is not None:
+            mine = over.join(keys, "_g", "left_semi").where("_live").drop("_live")
+            found = mine if found is None else found.unionByName(mine)
+        return found
+
+    def upsert(self, name: str, rows: DataFrame, live: Column) -> None:
+        """Override keyed table ``name``'s rows with ``rows`` until :meth:`flush`; rows
+        where ``live`` is false delete their key."""
+        rows = rows.withColumn("_live", live)
+        over = self.overlay.get(name)
+        if over is not None:
+            rows = over.join(rows.select("_g"), "_g", "left_anti").unionByName(rows)
+        self.overlay[name] = cut(rows)[0]  # cuts the steps' lineage
+
+    def current(self, name: str) -> DataFrame | None:
+        """All rows of keyed table ``name``, with this epoch's upserts."""
+        base, over = self.read(name), self.overlay.get(name)
+        if over is None:
+            return base
+        mine = over.where("_live").drop("_live")
+        if base is None:
+            return mine
+        return base.join(over.select("_g"), "_g", "left_anti").unionByName(mine)
+
+    def flush_overlays(self) -> None:
+        """Merge every upserted table into its committed rows (one full outer join on the
+        lineage, the state side read where it lies) and stage the result."""
+        for name, over in self.overlay.items():
+            base = self.read(name)
+            if base is None:
+                merged = over.where("_live").drop("_live")
+            else:
+                b, o = base.alias("b"), over.alias("o")
+                j = b.join(o, F.col("b._g") == F.col("o._g"), "full_outer")
+                took = F.col("o._g").isNotNull()
+                merged = j.where(~took | F.col("o._live")).select(*[
+                    F.when(took, F.col(f"o.`{c}`")).otherwise(F.col(f"b.`{c}`")).alias(c)
+                    for c in base.columns])
+            self.stage(name, merged, ["_g"], "replace")
+        self.overlay.clear()
+
+    def commit_files(self) -> dict[str, dict]:
+        """Move staged files into their tables; the tables' new file lists."""
+        out = {k: dict(v) for k, v in self.live.items()}
+        for s in self.staged:
+            if s.df is not None:
+                raise StrataError(f"table {s.name!r} was staged but never written")
+            moved = []
+            for f in s.files:
+                dst = fs.join(self._dir(s.name), f.rsplit("/", 1)[1])
+                fs.move(f, dst)
+                moved.append(dst)
+            old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
+            out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}
+            if s.mode == "replace" and s.rows is not None:
+                out[s.name]["rows"] = s.rows
+        return out
+
+    def needs_compaction(self, name: str, bucketed: bool = True) -> bool:
+        """Whether table ``name`` has so many files that it should be rewritten (netted):
+        more than ``COMPACT_FILES_PER_BUCKET`` per bucket (or in all, if not bucketed)."""
+        files = len(self.live.get(name, {}).get("files", []))
+        return files >= COMPACT_FILES_PER_BUCKET * (self.n if bucketed else 1)
