@@ -1,34 +1,26 @@
-"""The ``strata`` command: run a dataflow over a home, ingest input, inspect, draw.
+"""The verbs of the ``strata`` command: each parses its options, calls the controller,
+the inspection functions or the query layer, and prints through :mod:`strata.cli.output`.
 
-Only ``strata run`` starts Spark; ``ingest``, ``status``, ``show`` and ``graph``
-read the home's catalog and files directly. Errors strata reports (bad input, a
-failed epoch, a missing home) are printed as one clean message on stderr with exit
-code 1; a home held by another controller exits with 2.
+Only ``strata run`` starts Spark; ``ingest``, ``status``, ``show``, ``query`` and
+``graph`` read the home's catalog and files directly.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from strata.cli import output
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
 from strata.storage.home import Home
-
-EXIT_ERROR = 1
-EXIT_LOCKED = 2
-EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     name="strata",
@@ -58,43 +50,6 @@ PipelineArg = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (no tables).")]
 
 
-def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    text = Text("error: ", style="bold red")
-    text.append(message, style="red")
-    _err().print(text)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def _reported(traceback: bool | None = None) -> Iterator[None]:
-    """Turn StrataErrors into a clean message and exit code (no traceback).
-
-    ``traceback``: for a failed epoch, print the user code's traceback (True), or
-    say how to see it (False); None where no epoch runs.
-    """
-    try:
-        yield
-    except StrataError as e:
-        from strata.controller.lock import HomeLockedError
-        from strata.model.errors import EpochError
-
-        message = str(e)
-        cause = e.cause if isinstance(e, EpochError) else None
-        if cause and traceback:
-            _err().print(Text(cause.rstrip(), style="dim"))
-        elif cause and traceback is False:
-            message += "\n  (`strata run --traceback` prints the whole traceback)"
-        _fail(message, EXIT_LOCKED if isinstance(e, HomeLockedError) else EXIT_ERROR)
-
-
 def _home_path(home: Path) -> str:
     return str(home.expanduser().resolve())
 
@@ -109,33 +64,6 @@ def _catalog(home: str):
     from strata.storage.catalog import Catalog
 
     return Catalog(Home(home).catalog_path)
-
-
-def _dumps(obj: Any, **kw: Any) -> str:
-    return json.dumps(obj, default=_json_default, ensure_ascii=False, **kw)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=repr)
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return str(value)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "—"
 
 
 def _version(value: bool) -> None:
@@ -162,10 +90,6 @@ def main(
 
 
 # -- run -------------------------------------------------------------------------------
-def _flows_text(records: dict[str, int]) -> str:
-    if not records:
-        return "—"
-    return ", ".join(f"{flow} {n:,}" for flow, n in records.items())
 
 
 @app.command()
@@ -205,13 +129,13 @@ def run(
     from strata.controller.controller import Controller
     from strata.pipeline import load_dataflow
 
-    with _reported(traceback):
+    with output.reported(traceback):
         path = _home_path(home)
         dataflow = load_dataflow(pipeline)
         reports: list = []
         stopped = "idle"
         in_epoch: list[tuple[str, int]] = []
-        console = _err() if json_out else _out()
+        console = output.err() if json_out else output.out()
         show_progress = not json_out or sys.stderr.isatty()
         t0 = time.perf_counter()
         with Controller(path, dataflow, master=master, mode=mode,
@@ -229,8 +153,8 @@ def run(
                 if not json_out:
                     line = Text(f"✓ {report.stage:<{width}}  epoch {report.epoch:<4} ",
                                 style="green")
-                    line.append(f" in: {_flows_text(report.records_in)}  "
-                                f"out: {_flows_text(report.records_out)}  "
+                    line.append(f" in: {output.flows_text(report.records_in)}  "
+                                f"out: {output.flows_text(report.records_out)}  "
                                 f"{report.seconds:.2f} s", style="default")
                     if report.recovered:
                         line.append("  (recovered: an interrupted epoch, finished)", style="yellow")
@@ -257,52 +181,26 @@ def run(
             except Exception as e:
                 if not type(e).__module__.startswith(("pyspark", "py4j")):
                     raise
-                raise StrataError(_spark_failure(e)) from None
+                raise StrataError(output.spark_failure(e)) from None
             finally:
                 status.stop()
         seconds = time.perf_counter() - t0
         if json_out:
-            typer.echo(_dumps({
+            typer.echo(output.dumps({
                 "home": path, "dataflow": dataflow.name, "epochs": len(reports),
                 "reports": [r.to_json() for r in reports], "seconds": round(seconds, 3),
                 "stopped": stopped,
             }))
         else:
-            _run_summary(console, path, dataflow, reports, seconds, stopped)
+            output.run_summary(console, path, dataflow, reports, seconds, stopped)
         if stopped == "interrupted" and in_epoch:
             stage, epoch = in_epoch[0]
-            _err().print(Text(f"interrupted during epoch {epoch} of {stage}; the next "
+            output.err().print(Text(f"interrupted during epoch {epoch} of {stage}; the next "
                               "`strata run` finishes it (nothing is lost or applied twice)",
                               style="yellow"))
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(output.EXIT_INTERRUPTED)
 
 
-def _spark_failure(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    msg = f"Spark failed: {type(e).__name__}: {text[:1500]}"
-    if "JAVA_GATEWAY_EXITED" in text or "Java gateway" in text:
-        msg += (" (Spark could not start: is Java 17 or newer installed, and JAVA_HOME "
-                "right or unset?)")
-    return msg
-
-
-def _run_summary(console: Console, home: str, dataflow, reports: list, seconds: float,
-                 stopped: str) -> None:
-    if reports:
-        n = len(reports)
-        why = {"idle": "nothing more is runnable", "max-epochs": "--max-epochs reached",
-               "interrupted": "interrupted"}[stopped]
-        console.print(f"{n} epoch{'s' if n != 1 else ''} in {seconds:.1f} s; {why}.")
-        return
-    if stopped == "interrupted":
-        console.print("interrupted; no epoch ran.")
-        return
-    sources = ", ".join(f.name for f in dataflow.sources) or "none"
-    console.print(f"nothing to run: no input is waiting (external inputs: {sources}). "
-                  f"Append some with `strata ingest --home {home} FLOW FILE…`.")
-
-
-# -- ingest ----------------------------------------------------------------------------
 @app.command()
 def ingest(
     flow: Annotated[str, typer.Argument(metavar="FLOW", show_default=False,
@@ -326,7 +224,7 @@ def ingest(
     from strata.controller.ingest import ingest as do_ingest
     from strata.storage.catalog import IncrementKind
 
-    with _reported():
+    with output.reported():
         path = _existing_home(home)
         n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
         catalog = _catalog(path)
@@ -337,12 +235,12 @@ def ingest(
         finally:
             catalog.close()
         if json_out:
-            typer.echo(_dumps({"flow": flow, "increment": n, "records": records,
+            typer.echo(output.dumps({"flow": flow, "increment": n, "records": records,
                                "files": [str(p) for p in paths], "end_frame": end_frame,
                                "consumers": consumers}))
             return
         count = f"{records:,}" if records is not None else "the"
-        console = _out()
+        console = output.out()
         console.print(f"ingested {count} records into [bold]{escape(flow)}[/] as increment "
                       f"{n}" + (" (frame closed)" if end_frame else ""))
         if consumers:
@@ -357,14 +255,14 @@ def ingest(
 def status(home: HomeOption, json_out: JsonOption = False) -> None:
     """Show the home: epochs and state size per stage, queued input per connector, and
     the increments kept for each terminal flow."""
-    with _reported():
+    with output.reported():
         from strata.controller.inspection import collect_status, open_home
 
         info = collect_status(open_home(_home_path(home)))
         if json_out:
-            typer.echo(_dumps(info))
+            typer.echo(output.dumps(info))
             return
-        console = _out()
+        console = output.out()
         console.print(f"strata home [bold]{escape(info['home'])}[/]")
         t = Table(title="stages", title_justify="left")
         for col in ("stage", "kind", "epochs", "state", "partitions", "last run"):
@@ -372,8 +270,8 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
                          else "left")
         for s in info["stages"]:
             kind = " ".join(x for x in (s["kind"], s["mode"] and f"({s['mode']})") if x)
-            t.add_row(s["stage"], kind or "—", str(s["epochs"]), _size(s["state_bytes"]),
-                      str(s["partitions"] or "—"), _when(s["last_run"]))
+            t.add_row(s["stage"], kind or "—", str(s["epochs"]), output.size(s["state_bytes"]),
+                      str(s["partitions"] or "—"), output.when(s["last_run"]))
         console.print(t)
         t = Table(title="queued input (per flow and consuming stage)", title_justify="left")
         for col in ("flow", "consumer", "increments", "records", "not yet framed",
@@ -394,7 +292,7 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
                 span = "—" if not eps else (str(eps[0]) if len(eps) == 1
                                             else f"{eps[0]}–{eps[-1]}")
                 t.add_row(f["flow"], f["producer"] or "—", str(f["increments"]),
-                          f"{f['records']:,}", _size(f["bytes"]), span)
+                          f"{f['records']:,}", output.size(f["bytes"]), span)
             console.print(t)
         for u in info["unfinished_epochs"]:
             console.print(Text(f"unfinished epoch {u['epoch']} of {u['stage']} (interrupted "
@@ -428,7 +326,7 @@ def query(
     every later `strata run` of the home keeps its answer up to date (it sees the
     increments that arrive after it is registered). The query is compiled once, here;
     the home keeps the compiled stage."""
-    with _reported():
+    with output.reported():
         from strata.physical.registration import compiled
         from strata.queries.stage import add_query
 
@@ -461,10 +359,10 @@ def query(
         finally:
             catalog.close()
         if json_out:
-            print(_dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
+            print(output.dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
                           "columns": plan.root.columns, "recomputed": plan.recompute}))
             return
-        console = _out()
+        console = output.out()
         console.print(Text(plan.explain()))
         if not dry_run:
             console.print(f"registered query [bold]{escape(name)}[/]: `strata run PIPELINE "
@@ -492,7 +390,7 @@ def show(
 ) -> None:
     """Print the records of FLOW's newest stored increment (or --epoch N, or --all), a
     query's current answer (FLOW = the query's name), or a stage's state (STAGE.state)."""
-    with _reported():
+    with output.reported():
         if epoch is not None and all_:
             raise StrataError("give either --epoch N or --all, not both")
         from strata.controller.inspection import open_home, read_records_of
@@ -501,7 +399,7 @@ def show(
         if fmt == "jsonl":
             out = sys.stdout
             for rec in recs if limit is None else recs[:limit]:
-                out.write(_dumps(rec) + "\n")
+                out.write(output.dumps(rec) + "\n")
             out.flush()
             return
         shown = recs[: 50 if limit is None else limit]
@@ -513,22 +411,13 @@ def show(
         for c in columns:
             table.add_column(c, overflow="fold")
         for rec in shown:
-            table.add_row(*[_cell(rec.get(c)) for c in columns])
-        console = _out()
+            table.add_row(*[output.cell(rec.get(c)) for c in columns])
+        console = output.out()
         console.print(table)
         if len(recs) > len(shown):
             console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, str):
-        return value
-    return _dumps(value)
-
-
-# -- graph -----------------------------------------------------------------------------
 @app.command()
 def graph(
     pipeline: PipelineArg,
@@ -542,12 +431,8 @@ def graph(
     from strata.graph import render
     from strata.pipeline import load_dataflow
 
-    with _reported():
+    with output.reported():
         dataflow = load_dataflow(pipeline)
         path = render(dataflow, out, legend=legend)
-        _out().print(f"wrote {escape(str(path))} ({len(dataflow.stages)} stages, "
+        output.out().print(f"wrote {escape(str(path))} ({len(dataflow.stages)} stages, "
                      f"{len(dataflow.flows)} flows)")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

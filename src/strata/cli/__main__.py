@@ -1,0 +1,3 @@
+from strata.cli import app
+
+app()
