@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
-from strata.physical.records import PendingState, load_pending
+from strata.physical.records import pending_state_records
 from strata.physical.runner import SparkStageRunner
 from strata.physical.translate import TranslateState
 from strata.reference import ReferenceExecutor
@@ -193,7 +193,7 @@ def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Re
     """The committed state records of ``stage`` under ``runner``'s home, in either mode.
 
     Direct mode: every live entry of the partition runs, plus the records written to
-    keys of another partition (``PendingState`` items of the pending files), which are part of
+    keys of another partition (``PENDING_STATE`` items of pending files), which are part of
     the state until the next epoch merges them. Black-box mode: the Parquet files of
     ``snapshot.blackbox`` (and pending state records, should there be any).
     """
@@ -207,7 +207,7 @@ def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Re
         data = fs.read_bytes(uri)
         if data is None:
             raise FileNotFoundError(f"pending file {uri} of the committed state is missing")
-        records += [i.record for i in load_pending(data) if type(i) is PendingState]
+        records += pending_state_records(data)
     return records
 
 

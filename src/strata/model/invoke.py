@@ -9,7 +9,7 @@ execution mode.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from strata.model.emitter import Emitter, UnknownOutput
@@ -23,23 +23,30 @@ RETURNED = ("translate returned a value; write records with out.write(flow, reco
 
 
 def call_translate(stage: Stage, epoch: int, key: Any, args: list[Iterator[dict]],
-                   out: Emitter, *, has_key: bool = True, record: dict | None = None) -> None:
+                   out: Emitter, *, group: Iterable[Iterable[dict]] = (),
+                   has_key: bool = True) -> None:
     """Call ``stage.translate(key, *args, out=out)``.
 
-    ``record`` (the group's first record, where known) and ``key`` (unless ``has_key`` is
-    false: a record-wise group has none) go into the error raised when ``translate``
-    writes to a flow it does not have (``OutputError``), raises (``TranslateError``, with
-    the traceback as ``cause``) or returns a value (``OutputError``)."""
-    where: dict[str, Any] = {"stage": stage.name, "epoch": epoch, "key": key,
-                             "has_key": has_key, "record": record,
-                             "has_record": record is not None}
+    ``group`` (the group's records per flow, where known) and ``key`` (unless ``has_key``
+    is false: a record-wise group has none) name the failure when ``translate`` writes to a
+    flow it does not have (``OutputError``), raises (``TranslateError``, with the traceback
+    as ``cause``) or returns a value (``OutputError``). They are looked at only then: this
+    runs once per group of every epoch."""
     translate: Any = stage.translate  # declared to return None; a mistake may not
     try:
         result = translate(key, *args, out=out)
     except UnknownOutput as e:
-        raise OutputError(str(e), flow=e.flow, **where) from None
+        raise OutputError(str(e), flow=e.flow, **_where(stage, epoch, key, has_key, group)
+                          ) from None
     except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
         raise TranslateError(f"{type(e).__name__}: {e}", cause=traceback.format_exc(),
-                             **where) from None
+                             **_where(stage, epoch, key, has_key, group)) from None
     if result is not None:
-        raise OutputError(RETURNED, **where)
+        raise OutputError(RETURNED, **_where(stage, epoch, key, has_key, group))
+
+
+def _where(stage: Stage, epoch: int, key: Any, has_key: bool,
+           group: Iterable[Iterable[dict]]) -> dict[str, Any]:
+    record = next((r for recs in group for r in recs), None)
+    return {"stage": stage.name, "epoch": epoch, "key": key, "has_key": has_key,
+            "record": record, "has_record": record is not None}

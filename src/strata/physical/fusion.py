@@ -144,7 +144,7 @@ def apply_chain(chain: Iterable[Stage], records: list[dict], epoch: int) -> list
         out = Emitter(st)
         flow = st.output_names[0]
         for rec in records:
-            call_translate(st, epoch, None, [iter([rec])], out, has_key=False, record=rec)
+            call_translate(st, epoch, None, [iter([rec])], out, group=[[rec]], has_key=False)
         checked = to_table(out.outputs[flow], st[flow].schema)
         if isinstance(checked, tuple):
             _, rec, why = checked

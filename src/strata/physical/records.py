@@ -1,130 +1,69 @@
-"""What crosses the Spark shuffle of a translate stage's epoch, as named records.
+"""What crosses the Spark shuffle of a translate stage's epoch.
 
-The map side of an epoch sends each item to the partition that owns it, and the task of
-that partition groups them (``tasks.py``), telling them apart by type. Items are tuple
-subclasses with named fields and no ``__new__`` or ``__getnewargs__`` of their own, so
-that pickling and unpickling them — millions per epoch — stays in C (a ``NamedTuple``
-pickles through Python methods, about four times slower to dump). Build one from a
-tuple of its fields, as ``tuple()`` does: ``Keyed((flow, enc, key, record))``.
+The map side sends each item to the partition that owns it, and the task of that
+partition groups them (``tasks.py``). Every item is a plain tuple whose first element
+names its kind; the layouts below are the only place they are defined, and the code
+builds and unpacks them by these names:
 
-Records bound for another partition's state (:class:`PendingState`) and multicast
-associations (:class:`Association`) are also what a *pending file* holds between two
+=================  ===========================================  ==============================
+kind               layout                                       what it carries
+=================  ===========================================  ==============================
+``KEYED``          ``(KEYED, flow, enc, key, record)``          an input record for the group
+                                                                of ``key`` (``enc``: its
+                                                                canonical encoding)
+``BROADCAST``      ``(BROADCAST, flow, only, record)``          an input record for every group
+                                                                (or those with records in the
+                                                                flows ``only``)
+``MULTICAST``      ``(MULTICAST, flow, address, record)``       an input record for the groups
+                                                                associated with ``address``
+``UNKEYED``        ``(UNKEYED, flow, record)``                  an input record that is a
+                                                                group of its own
+``PENDING_STATE``  ``(PENDING_STATE, enc, key, record)``        a state record written for a
+                                                                key of another partition
+``ASSOCIATION``    ``(ASSOCIATION, address, enc, key)``         ``out.associate(key, address)``
+``STORED_STATE``   ``(STORED_STATE, enc, key, record)``         a state record of black-box
+                                                                mode, re-routed every epoch
+``FAILURE``        ``(FAILURE, error)``                         an ``EpochError.to_dict()``
+                                                                that stopped a map task
+=================  ===========================================  ==============================
+
+``flow`` is the index of the stage's input flow. Why plain tuples and not NamedTuples or
+tuple subclasses: Spark pickles every item, and a tuple is the one type ``pickle`` writes
+without calling ``__reduce_ex__``. Measured on the map side of one 200,000-record increment
+(the URL count), dumping took 0.08 s as tuples and 0.36 s as tuple subclasses (NamedTuples
+are slower still), loading 0.56 s against 0.6–0.7 s, and the bytes grew by 5%: about 0.35 s
+more per epoch of 1.7 s.
+
+Pending state records and associations are also what a *pending file* holds between two
 epochs.
 """
 
 from __future__ import annotations
 
 import pickle
-from operator import itemgetter
 from typing import Any
 
+KEYED = "K"
+BROADCAST = "B"
+MULTICAST = "M"
+UNKEYED = "R"
+PENDING_STATE = "P"
+ASSOCIATION = "A"
+STORED_STATE = "S"
+FAILURE = "E"
 
-class _Record(tuple):
-    """A tuple with named fields (``_fields``), pickled by C code only."""
-
-    __slots__ = ()
-    _fields: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{f}={v!r}" for f, v in zip(self._fields, self, strict=True))
-        return f"{type(self).__name__}({fields})"
-
-
-def _field(i: int, doc: str) -> Any:
-    return property(itemgetter(i), doc=doc)
+Item = tuple[Any, ...]
 
 
-class Keyed(_Record):
-    """An input record routed to the group of ``key`` (``enc``: its canonical encoding)."""
-
-    __slots__ = ()
-    _fields = ("flow", "enc", "key", "record")
-    flow: int = _field(0, "the index of the input flow")
-    enc: bytes = _field(1, "the key's canonical encoding")
-    key: Any = _field(2, "the group key")
-    record: dict = _field(3, "the input record")
-
-
-class Broadcast(_Record):
-    """An input record for every group of the epoch (or those present in ``only``)."""
-
-    __slots__ = ()
-    _fields = ("flow", "only", "record")
-    flow: int = _field(0, "the index of the input flow")
-    only: tuple[str, ...] | None = _field(1, "the flows a group must have records in")
-    record: dict = _field(2, "the input record")
-
-
-class Multicasted(_Record):
-    """An input record for every group associated with ``address`` last epoch."""
-
-    __slots__ = ()
-    _fields = ("flow", "address", "record")
-    flow: int = _field(0, "the index of the input flow")
-    address: bytes = _field(1, "the multicast address, encoded")
-    record: dict = _field(2, "the input record")
-
-
-class Unkeyed(_Record):
-    """An input record that is a group of its own (no ``route_by``)."""
-
-    __slots__ = ()
-    _fields = ("flow", "record")
-    flow: int = _field(0, "the index of the input flow")
-    record: dict = _field(1, "the input record")
-
-
-class PendingState(_Record):
-    """A state record ``translate`` wrote for a key of another partition."""
-
-    __slots__ = ()
-    _fields = ("enc", "key", "record")
-    enc: bytes = _field(0, "the state key's canonical encoding")
-    key: Any = _field(1, "the state key")
-    record: dict = _field(2, "the state record")
-
-
-class Association(_Record):
-    """``out.associate(key, address)``: the group of ``enc`` receives ``address``'s
-    multicasts next epoch."""
-
-    __slots__ = ()
-    _fields = ("address", "enc", "key")
-    address: bytes = _field(0, "the multicast address, encoded")
-    enc: bytes = _field(1, "the associated key's canonical encoding")
-    key: Any = _field(2, "the associated key")
-
-
-class StoredState(_Record):
-    """A state record of black-box mode, re-routed with the input every epoch."""
-
-    __slots__ = ()
-    _fields = ("enc", "key", "record")
-    enc: bytes = _field(0, "the state key's canonical encoding")
-    key: Any = _field(1, "the state key")
-    record: dict = _field(2, "the state record")
-
-
-class Failure(_Record):
-    """An ``EpochError`` (as its dict) that stopped a map task, sent to partition 0."""
-
-    __slots__ = ()
-    _fields = ("error",)
-    error: dict = _field(0, "EpochError.to_dict()")
-
-
-Pending = PendingState | Association
-
-# The first format of pending files: plain tuples tagged "P" and "A".
-_LEGACY = {"P": PendingState, "A": Association}
-
-
-def dump_pending(items: list[Pending]) -> bytes:
+def dump_pending(items: list[Item]) -> bytes:
+    """A pending file's bytes: ``PENDING_STATE`` and ``ASSOCIATION`` items."""
     return pickle.dumps(items, protocol=5)
 
 
-def load_pending(data: bytes) -> list[Pending]:
-    """The items of a pending file (either format)."""
-    items = pickle.loads(data)
-    return [i if type(i) in (PendingState, Association) else _LEGACY[i[0]](i[1:])
-            for i in items]
+def load_pending(data: bytes) -> list[Item]:
+    return pickle.loads(data)
+
+
+def pending_state_records(data: bytes) -> list[dict]:
+    """The state records of a pending file (its associations left out)."""
+    return [item[3] for item in load_pending(data) if item[0] == PENDING_STATE]

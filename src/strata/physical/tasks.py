@@ -29,10 +29,10 @@ from strata.model.errors import (
 )
 from strata.model.invoke import call_translate
 from strata.model.keys import encode_key, partition_of
+from strata.model.route_eval import BROADCAST as ROUTE_BROADCAST
+from strata.model.route_eval import KEYED as ROUTE_KEYED
+from strata.model.route_eval import MULTICAST as ROUTE_MULTICAST
 from strata.model.route_eval import (
-    BROADCAST,
-    KEYED,
-    MULTICAST,
     BadRoute,
     evaluate_route,
     sort_by,
@@ -41,14 +41,14 @@ from strata.model.route_eval import (
 from strata.model.schema import records_of, to_table
 from strata.physical.fusion import NO_FUSION, Fusion, apply_chain
 from strata.physical.records import (
-    Association,
-    Broadcast,
-    Failure,
-    Keyed,
-    Multicasted,
-    PendingState,
-    StoredState,
-    Unkeyed,
+    ASSOCIATION,
+    BROADCAST,
+    FAILURE,
+    KEYED,
+    MULTICAST,
+    PENDING_STATE,
+    STORED_STATE,
+    UNKEYED,
     dump_pending,
     load_pending,
 )
@@ -111,13 +111,13 @@ class EpochTask:
     def map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
         """Route the records of one input file (or state file) to partitions.
 
-        An error stops the split and travels to partition 0 as a ``Failure``, so the
+        An error stops the split and travels to partition 0 as a ``FAILURE`` item, so the
         job finishes and the driver reports it without Spark's stack traces.
         """
         try:
             yield from self._map_split(split)
         except EpochError as e:
-            yield 0, Failure((e.to_dict(),))
+            yield 0, (FAILURE, e.to_dict())
 
     def _map_split(self, split: tuple) -> Iterator[tuple[int, tuple]]:
         n, kind = self.num_partitions, split[0]
@@ -130,27 +130,28 @@ class EpochTask:
             for rec in self._input_records(inp.flow_name, uri, part, parts):
                 if route is None:
                     seq += 1
-                    yield seq % n, Unkeyed((fi, rec))
+                    yield seq % n, (UNKEYED, fi, rec)
                     continue
                 try:
                     how, target = evaluate_route(route, rec)
                 except BadRoute as e:
                     raise RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
                                      flow=inp.flow_name, record=rec, has_record=True) from None
-                if how == KEYED:
+                if how == ROUTE_KEYED:
                     for enc, key in target:
-                        yield partition_of(enc, n), Keyed((fi, enc, key, rec))
-                elif how == BROADCAST:
-                    item = Broadcast((fi, target.flows, rec))
+                        yield partition_of(enc, n), (KEYED, fi, enc, key, rec)
+                elif how == ROUTE_BROADCAST:
+                    item = (BROADCAST, fi, target.flows, rec)
                     for p in range(n):
                         yield p, item
-                elif how == MULTICAST:
-                    item = Multicasted((fi, target, rec))
+                elif how == ROUTE_MULTICAST:
+                    item = (MULTICAST, fi, target, rec)
                     for p in range(n):
                         yield p, item
         elif kind == "pending":
             for item in load_pending(fs.read_bytes(split[1])):
-                yield partition_of(item.enc, n), item
+                # (PENDING_STATE, enc, key, record) or (ASSOCIATION, address, enc, key)
+                yield partition_of(item[1] if item[0] == PENDING_STATE else item[2], n), item
         elif kind == "blackbox":
             route = self.stage.state.route
             for rec in iter_records(split[1]):
@@ -159,7 +160,7 @@ class EpochTask:
                 except BadRoute as e:
                     raise RouteError(str(e), stage=self.stage.name, epoch=self.epoch,
                                      flow=STATE, record=rec, has_record=True) from None
-                yield partition_of(enc, n), StoredState((enc, key, rec))
+                yield partition_of(enc, n), (STORED_STATE, enc, key, rec)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown split {split!r}")
 
@@ -222,27 +223,34 @@ class _PartitionRun:
         pending: dict[bytes, list] = {}
         assoc: dict[bytes, dict[bytes, Any]] = {}
         bbstate: dict[bytes, list] = {}
-        for item in items:
-            kind = type(item)
-            if kind is Keyed:
-                g = groups.get(item.enc)
+        for item in items:  # the layouts are in records.py
+            kind = item[0]
+            if kind == KEYED:
+                _, fi, enc, key, rec = item
+                g = groups.get(enc)
                 if g is None:
-                    g = groups[item.enc] = [item.key, [[] for _ in range(nf)]]
-                g[1][item.flow].append(item.record)
-            elif kind is Broadcast:
-                bcast[item.flow].append((item.record, item.only))
-            elif kind is Multicasted:
-                mcast.setdefault(item.address, []).append((item.flow, item.record))
-            elif kind is Unkeyed:
-                own.append((item.flow, item.record))
-            elif kind is PendingState:
-                pending.setdefault(item.enc, [item.key, []])[1].append(item.record)
-            elif kind is Association:
-                assoc.setdefault(item.address, {})[item.enc] = item.key
-            elif kind is StoredState:
-                bbstate.setdefault(item.enc, [item.key, []])[1].append(item.record)
-            elif kind is Failure:
-                raise EpochError.from_dict(item.error)
+                    g = groups[enc] = [key, [[] for _ in range(nf)]]
+                g[1][fi].append(rec)
+            elif kind == BROADCAST:
+                _, fi, only, rec = item
+                bcast[fi].append((rec, only))
+            elif kind == MULTICAST:
+                _, fi, address, rec = item
+                mcast.setdefault(address, []).append((fi, rec))
+            elif kind == UNKEYED:
+                _, fi, rec = item
+                own.append((fi, rec))
+            elif kind == PENDING_STATE:
+                _, enc, key, rec = item
+                pending.setdefault(enc, [key, []])[1].append(rec)
+            elif kind == ASSOCIATION:
+                _, address, enc, key = item
+                assoc.setdefault(address, {})[enc] = key
+            elif kind == STORED_STATE:
+                _, enc, key, rec = item
+                bbstate.setdefault(enc, [key, []])[1].append(rec)
+            elif kind == FAILURE:
+                raise EpochError.from_dict(item[1])
         for addr, recs in mcast.items():
             for enc, key in assoc.get(addr, {}).items():
                 g = groups.get(enc)
@@ -304,8 +312,7 @@ class _PartitionRun:
                 args.append(iter(recs if order is None else sort_by(order, recs)))
         except BadRoute as e:
             raise self._err(RouteError, str(e), flow=flow, key=key, has_key=True) from None
-        call_translate(stage, self.t.epoch, key, args, out,
-                       record=next((r for recs in per_flow for r in recs), None))
+        call_translate(stage, self.t.epoch, key, args, out, group=per_flow)
         for name, buf in out.outputs.items():
             b = self.bounds[name]
             if len(buf) != (b[-1][0] if b else 0):
@@ -314,7 +321,7 @@ class _PartitionRun:
         for rec in writes:
             self.state_written.append((rec, key))
         for akey, address in assoc:
-            self.assoc.append(Association((encode_key(address), encode_key(akey), akey)))
+            self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey), akey))
 
     # -- writing ---------------------------------------------------------------------
     def _finish(self, called: set, stored: dict, pending: dict) -> dict:
@@ -413,7 +420,7 @@ class _PartitionRun:
             if anywhere or partition_of(senc, self.t.num_partitions) == self.p:
                 self.local.setdefault(senc, [skey, []])[1].append(rec)
             else:
-                self.remote.append(PendingState((senc, skey, rec)))
+                self.remote.append((PENDING_STATE, senc, skey, rec))
 
 
 def _present(only, enc, groups, state_of, flows) -> bool:

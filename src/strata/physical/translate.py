@@ -37,7 +37,7 @@ from pyspark import cloudpickle
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.physical.records import PendingState, load_pending
+from strata.physical.records import pending_state_records
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -163,7 +163,7 @@ class TranslateProgram(StageProgram):
         else:
             recs = [r for _, _, rs in read_all(layout.root, st.runs) for r in rs]
         for f in st.pending:
-            recs += [i.record for i in load_pending(fs.read_bytes(f)) if type(i) is PendingState]
+            recs += pending_state_records(fs.read_bytes(f))
         return recs
 
     @classmethod

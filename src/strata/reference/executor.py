@@ -102,8 +102,7 @@ def run_stage_epoch(
                 raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=inp.flow_name,
                                  key=key, has_key=True) from None
         before = {n: len(b) for n, b in out.outputs.items()}
-        call_translate(stage, epoch, key, args, out,
-                       record=next((r for recs in per_flow.values() for r in recs), None))
+        call_translate(stage, epoch, key, args, out, group=per_flow.values())
         for name, buf in out.outputs.items():  # records are what their schema makes of them
             buf[before[name]:] = _check_schema(stage, epoch, name, buf[before[name]:], key)
         writes, assoc = out.take_state_and_associations()
