@@ -26,7 +26,8 @@ class StageProgram(Protocol):
     the stage's epochs instead of a ``translate`` (a compiled query, say); the physical
     layer defines the whole contract (``strata.physical.program.StageProgram``)."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
 
 def _key_fn(spec: str | Sequence[str] | KeyFn | None, what: str) -> KeyFn | None:

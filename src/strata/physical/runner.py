@@ -91,6 +91,8 @@ class SparkStageRunner:
 
     def state_table(self, stage: Stage) -> pa.Table:
         """The committed state as an Arrow table (``.to_pandas()`` for pandas)."""
+        if stage.state is None:
+            raise StrataError(f"stage {stage.name!r} declares no state")
         return pa.Table.from_pylist(self.state_records(stage), schema=stage.state.arrow_schema)
 
     def state_dataframe(self, stage: Stage) -> DataFrame:
@@ -154,7 +156,7 @@ class SparkStageRunner:
             raise EpochError("Spark could not run the epoch", stage=stage.name, epoch=epoch,
                              cause=spark_failure(e)) from e
         finally:
-            sc.setJobDescription(None)
+            sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
         snap = commit(ctx, program, outcome)
         return EpochResult(stage.name, epoch, snap.outputs, snap, snap.metrics)
 

@@ -149,10 +149,11 @@ class EpochTask:
                     for p in range(n):
                         yield p, item
         elif kind == "pending":
-            for item in load_pending(fs.read_bytes(split[1])):
+            for item in load_pending(fs.read_required(split[1])):
                 # (PENDING_STATE, enc, key, record) or (ASSOCIATION, address, enc, key)
                 yield partition_of(item[1] if item[0] == PENDING_STATE else item[2], n), item
         elif kind == "blackbox":
+            assert self.stage.state is not None  # black-box splits come from state files
             route = self.stage.state.route
             for rec in iter_records(split[1]):
                 try:
@@ -285,7 +286,7 @@ class _PartitionRun:
         for enc in called:
             g = groups.get(enc)
             s = state_of.get(enc)
-            key = g[0] if g is not None else s[0]
+            key = g[0] if g is not None else state_of[enc][0]
             per_flow = g[1] if g is not None else empty
             self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
         for fi, rec in own:
@@ -353,6 +354,7 @@ class _PartitionRun:
                     result["blackbox"] = uri
             else:
                 result["runs"] = [r.to_json() for r in self._write_direct(called, stored, pending)]
+                assert self.store is not None  # direct mode with state opened it
                 result["state_bytes_read"] = self.store.bytes_read
                 result["state_bytes_compaction_read"] = self.compaction_read
         if self.remote or self.assoc:
@@ -362,9 +364,10 @@ class _PartitionRun:
         return result
 
     def _write_direct(self, called: set, stored: dict, pending: dict) -> list[RunInfo]:
-        t, store = self.t, self.store
+        t, store, st = self.t, self.store, self.stage.state
+        assert store is not None and st is not None  # direct mode, a stage with state
         run_id = f"e{t.epoch:08d}-{t.token}"
-        if self.stage.state.grouping == "outer":
+        if st.grouping == "outer":
             entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
             return [store.write_run(run_id, entries)] if entries else []
         entries = []
@@ -378,7 +381,7 @@ class _PartitionRun:
             old = store.lookup(carry - set(stored))
             old.update({e: stored[e] for e in carry if e in stored})
             for enc in carry:
-                key = (self.local.get(enc) or pending.get(enc) or old.get(enc))[0]
+                key = (self.local.get(enc) or pending.get(enc) or old[enc])[0]
                 recs = (old[enc][1] if enc in old else []) + (
                     pending[enc][1] if enc in pending else []) + (
                     self.local[enc][1] if enc in self.local else [])

@@ -163,7 +163,7 @@ class TranslateProgram(StageProgram):
         else:
             recs = [r for _, _, rs in read_all(layout.root, st.runs) for r in rs]
         for f in st.pending:
-            recs += pending_state_records(fs.read_bytes(f))
+            recs += pending_state_records(fs.read_required(f))
         return recs
 
     @classmethod
@@ -206,8 +206,8 @@ def ship_user_code(stage: Stage) -> None:
     if stage.state is not None:
         fns += [stage.state.route, stage.state.order]
     for fn in fns:
-        name = getattr(fn, "__module__", None)
-        module = sys.modules.get(name or "")
+        name = getattr(fn, "__module__", None) or ""
+        module = sys.modules.get(name)
         if module is None or name in _BY_VALUE or name.split(".")[0] in _IMPORTABLE:
             continue
         origin = getattr(module, "__file__", None) or ""

@@ -40,6 +40,14 @@ def read_bytes(uri: str) -> bytes | None:
         return None
 
 
+def read_required(uri: str) -> bytes:
+    """A file's bytes; FileNotFoundError naming it if it is missing."""
+    data = read_bytes(uri)
+    if data is None:
+        raise FileNotFoundError(f"{uri} is missing")
+    return data
+
+
 def write_json_atomic(uri: str, obj: Any) -> None:
     write_bytes_atomic(uri, json.dumps(obj, indent=1, sort_keys=True).encode())
 
