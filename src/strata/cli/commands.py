@@ -120,6 +120,11 @@ def run(
     traceback: Annotated[bool, typer.Option(
         "--traceback", help="When an epoch fails in user code, print its traceback too."
     )] = False,
+    py_files: Annotated[list[Path] | None, typer.Option(
+        "--py-files", metavar="PATH",
+        help="More Python code for the workers: a .py, .zip or .egg file or a directory "
+             "(repeatable). The pipeline's own directory or package is shipped anyway.")
+                        ] = None,
 ) -> None:
     """Run the dataflow PIPELINE over the home: every runnable stage epoch, until idle.
 
@@ -131,6 +136,9 @@ def run(
 
     with output.reported(traceback):
         path = _home_path(home)
+        for extra in py_files or ():  # the driver imports them too, as with spark-submit
+            folder = extra if extra.is_dir() or extra.suffix in (".zip", ".egg") else extra.parent
+            sys.path.insert(0, str(folder.resolve()))
         dataflow = load_dataflow(pipeline)
         reports: list = []
         stopped = "idle"
@@ -138,8 +146,8 @@ def run(
         console = output.err() if json_out else output.out()
         show_progress = not json_out or sys.stderr.isatty()
         t0 = time.perf_counter()
-        with Controller(path, dataflow, master=master, mode=mode,
-                        num_partitions=partitions) as controller:
+        with Controller(path, dataflow, master=master, mode=mode, num_partitions=partitions,
+                        py_files=py_files or ()) as controller:
             width = max(len(n) for n in controller.units)
             status = console.status("checking for input…", spinner="dots")
 

@@ -36,6 +36,7 @@ from strata.model.schema import to_ddl
 from strata.physical.fusion import PhysicalStage, plan
 from strata.physical.program import collect_garbage, read_answer, read_state
 from strata.physical.runner import SparkStageRunner
+from strata.physical.shipping import ship_files
 from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -65,6 +66,10 @@ class Controller:
         with Controller("/data/home", dataflow) as c:
             c.ingest("urls", ["day-1.jsonl"])
             c.run()
+
+    The code of the dataflow's functions, and what they import from beside them, is
+    shipped to Spark's workers (physical/shipping.py); ``py_files`` adds more
+    (``.py``/``.zip``/``.egg`` files or directories), like ``spark-submit --py-files``.
     """
 
     def __init__(
@@ -77,6 +82,7 @@ class Controller:
         mode: str = "direct",
         num_partitions: int | None = None,
         fuse: bool = True,
+        py_files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         self.layout = Home(home)
         self.home = self.layout.root
@@ -87,6 +93,7 @@ class Controller:
         units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
         self._spark, self._master = spark, master
+        self.py_files = list(py_files)
         self.mode, self.num_partitions = mode, num_partitions
         self._runner: SparkStageRunner | None = None
         self._lock = HomeLock(self.layout.lock_path, self.home)
@@ -115,6 +122,7 @@ class Controller:
             from strata.physical.session import get_spark
 
             spark = self._spark or get_spark(self._master)
+            ship_files(spark, self.py_files)
             self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions)
         return self._runner
 

@@ -27,17 +27,15 @@ that only the increment moved.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from pyspark import cloudpickle
 
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.records import pending_state_records
+from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -93,7 +91,7 @@ class TranslateProgram(StageProgram):
             )
         for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
                            for x in c)]:
-            ship_user_code(s)
+            ship_user_code(ctx.spark, s)
         task = EpochTask(
             stage=stage, epoch=ctx.epoch, mode=ctx.mode, num_partitions=ctx.num_partitions,
             home=ctx.home, layout=ctx.layout, token=ctx.token, runs=before.runs,
@@ -196,26 +194,12 @@ def input_splits(fi: int, inc: Increment, cores: int) -> list[tuple]:
     return [("input", fi, f, i, k) for f in inc.files for i in range(k)]
 
 
-def ship_user_code(stage: Stage) -> None:
-    """Pickle the stage's user functions by value when workers cannot import their module.
-
-    A pipeline file or a test module is importable in the driver only; its functions
-    would otherwise be pickled as references that the Python workers cannot resolve.
-    """
+def ship_user_code(spark: Any, stage: Stage) -> None:
+    """Make the stage's user functions runnable on the workers (see physical/shipping.py):
+    their modules pickled by value, and the code those import shipped with addPyFile."""
     fns = [stage.translate, *(i.route for i in stage.inputs), *(i.order for i in stage.inputs)]
     if stage.state is not None:
         fns += [stage.state.route, stage.state.order]
-    for fn in fns:
-        name = getattr(fn, "__module__", None) or ""
-        module = sys.modules.get(name)
-        if module is None or name in _BY_VALUE or name.split(".")[0] in _IMPORTABLE:
-            continue
-        origin = getattr(module, "__file__", None) or ""
-        if "site-packages" in origin or "dist-packages" in origin:
-            continue
-        cloudpickle.register_pickle_by_value(module)
-        _BY_VALUE.add(name)
-
-
-_IMPORTABLE = {"strata", "builtins", "operator", "functools"}
-_BY_VALUE: set[str] = set()
+    modules = user_modules(fns)
+    pickle_by_value(modules)
+    ship_modules(spark, modules)

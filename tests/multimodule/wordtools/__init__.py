@@ -1,0 +1,1 @@
+"""A small package beside pipeline.py."""

@@ -1,0 +1,1 @@
+"""A package nested in the tests package."""

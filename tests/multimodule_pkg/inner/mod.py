@@ -1,0 +1,1 @@
+"""A module two packages deep."""
