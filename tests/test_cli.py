@@ -208,16 +208,20 @@ def test_translate_error_is_a_clean_message(spark, tmp_path):
     ok("run", pipeline, "--home", home)
     data = write(tmp_path / "in.jsonl", '{"url": "a"}\n{"url": "boom"}\n')
     ok("ingest", "--home", home, "urls", data)
+    before = status_of(home)
     result = invoke("run", pipeline, "--home", home)
     assert result.exit_code == 1
     assert "translate raised in stage 'explode', epoch 1" in result.stderr
     assert "cannot count boom" in result.stderr and "Traceback" not in result.output
     assert "strata run --traceback" in result.stderr
-    assert status_of(home)["unfinished_epochs"] == [{"stage": "explode", "epoch": 1}]
+    # a failed epoch leaves no trace: no unfinished epoch, the arrival still unframed
+    after = status_of(home)
+    assert after["unfinished_epochs"] == [] and after == before
     result = invoke("run", pipeline, "--home", home, "--traceback")
     assert result.exit_code == 1
     assert "in explode" in result.stderr and 'raise ValueError("cannot count boom")' in (
         result.stderr)
+    assert "recovered" not in result.output
 
 
 def test_readonly_commands_do_not_start_spark(urlcount_home, tmp_path):

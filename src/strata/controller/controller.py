@@ -40,6 +40,7 @@ from strata.physical.shipping import ship_files
 from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
 from strata.storage.increments import Increment
+from strata.storage.manifest import StateDir
 
 
 @dataclass
@@ -185,14 +186,20 @@ class Controller:
         """Run epochs until nothing is runnable (or ``max_epochs`` ran)."""
         reports = self.recover(on_epoch)
         while max_epochs is None or len(reports) < max_epochs:
-            frame_all(self.catalog, self.layout, self.dataflow, self.units)
+            marked = frame_all(self.catalog, self.layout, self.dataflow, self.units)
             choice = scheduling.choose(self._views())
             if choice is None:
                 break
             unit = self.units[choice.stage]
             if on_start:
                 on_start(choice.stage, self.catalog.stage_row(choice.stage).epochs + 1)
-            report = self._run_epoch(unit, choice)
+            try:
+                report = self._run_epoch(unit, choice)
+            except Exception:
+                # a failed epoch (bad input, user code, Spark) committed nothing: leave the
+                # home as it was, arrivals unframed, so that status shows no trace of it
+                self.catalog.unmark_framed(marked)
+                raise
             reports.append(report)
             if on_epoch:
                 on_epoch(report)
@@ -249,7 +256,12 @@ class Controller:
             intent["records_in"][f] = sum(q.increment.records for q in reads)
         seq = self.catalog.log_intent(name, epoch, intent)
         crashpoint("after-intent")
-        return self._execute(seq, unit, epoch, intent, recovered=False)
+        try:
+            return self._execute(seq, unit, epoch, intent, recovered=False)
+        except Exception:
+            if StateDir(self.layout.stage(name)).current().epoch < epoch:
+                self.catalog.withdraw_intent(seq)  # nothing committed: nothing to recover
+            raise
 
     def _execute(self, seq: int, unit: PhysicalStage, epoch: int, intent: dict,
                  recovered: bool) -> EpochReport:

@@ -25,8 +25,10 @@ from strata.storage.increments import Increment, iter_records, write_table
 
 
 def frame_all(catalog: Catalog, home: Home, dataflow: Dataflow,
-              units: Mapping[str, PhysicalStage]) -> None:
-    """Frame every connector's unframed arrivals."""
+              units: Mapping[str, PhysicalStage]) -> list[tuple[str, str, int]]:
+    """Frame every connector's unframed arrivals. Returns the arrivals queued as they are
+    (default framing) as ``(flow, consumer, position)``, so a failed epoch can unmark them."""
+    marked: list[tuple[str, str, int]] = []
     for name, unit in units.items():
         for inp in unit.stage.inputs:
             head = unit.fusion.head(inp.flow_name)
@@ -35,8 +37,10 @@ def frame_all(catalog: Catalog, home: Home, dataflow: Dataflow,
                 continue
             if inp.frame_by is None:
                 catalog.mark_framed(head, name, arrivals)
+                marked += [(head, name, q.pos) for q in arrivals if not q.is_end_of_frame]
             else:
                 _cut(catalog, home, dataflow, name, head, inp.frame_by, arrivals)
+    return marked
 
 
 def _cut(catalog: Catalog, home: Home, dataflow: Dataflow, consumer: str, flow: str,

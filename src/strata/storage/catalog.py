@@ -382,6 +382,12 @@ class Catalog:
                            "pos = ?", [(flow, consumer, q.pos) for q in arrivals
                                        if not q.is_end_of_frame])
 
+    def unmark_framed(self, marks: Sequence[tuple[str, str, int]]) -> None:
+        """Put arrivals marked framed, ``(flow, consumer, position)``, back to unframed."""
+        with self._transaction() as db:
+            db.executemany("UPDATE queue SET framed = 0 WHERE flow = ? AND consumer = ? AND "
+                           "pos = ?", marks)
+
     def record_frames(self, flow: str, consumer: str, arrivals: Sequence[QueuedIncrement],
                       frames: Sequence[tuple[int, Any, Increment]], state: Any,
                       open_frame: dict | None, cut: int) -> None:
@@ -419,6 +425,11 @@ class Catalog:
                              (stage, epoch, json.dumps(intent), time.time()))
             assert cur.lastrowid is not None
             return cur.lastrowid
+
+    def withdraw_intent(self, seq: int) -> None:
+        """Forget logged epoch ``seq`` that failed before it committed anything."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM wal WHERE seq = ? AND applied = 0", (seq,))
 
     def unapplied(self) -> list[tuple[int, str, int, dict]]:
         """Logged epochs not finished: ``(seq, stage, epoch, intent)``, oldest first."""
