@@ -437,3 +437,32 @@ def test_cli_reports_a_pipeline_without_dataflow(tmp_path):
     result = invoke("graph", path, "--out", tmp_path / "g.dot")
     assert result.exit_code == 1 and "no dataflow found" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_sweep_removes_the_staged_file_of_a_killed_ingest(registered_home):
+    home = registered_home
+    env = {**os.environ, "STRATA_CRASH_AT": "ingest-before-commit"}
+    killed = subprocess.run([sys.executable, "-m", "strata.cli", "ingest", "--home", str(home),
+                             "urls", str(DAYS[0])], env=env, capture_output=True)
+    assert killed.returncode == -9
+    staged = list((home / "incoming" / "urls").iterdir())
+    assert len(staged) == 1 and status_of(home)["connectors"][0]["queued"] == 0
+    ok("run", URLCOUNT, "--home", home)
+    assert not list((home / "incoming" / "urls").iterdir())
+    ok("ingest", "--home", home, "urls", DAYS[0])  # the home goes on as before
+    assert status_of(home)["connectors"][0]["queued"] == 1
+
+
+def test_a_staged_ingest_is_dead_only_when_its_writer_is():
+    from strata.controller.ingest import staged_ingest_is_dead, staging_token
+
+    mine = staging_token()
+    assert not staged_ingest_is_dead(mine)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    parts = mine.split("-")
+    assert staged_ingest_is_dead("-".join([parts[0], parts[1], gone, parts[3]]))
+    foreign = f"{int(time.time()) - 3600}-otherhost-1-abcdef"
+    assert not staged_ingest_is_dead(foreign)
+    assert staged_ingest_is_dead(foreign, now=time.time() + 7 * 3600)
+    assert not staged_ingest_is_dead("0a1b2c3d")  # staged by an older strata: kept

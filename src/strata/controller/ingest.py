@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 import uuid
 from collections.abc import Sequence
 
 from strata.controller.readers import read_source
+from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
 from strata.storage.catalog import Catalog
@@ -45,10 +48,43 @@ def ingest(
             raise StrataError(f"flow {flow!r} is written by stage {flows[flow]['producer']!r}; "
                               "only external inputs take ingested increments")
         table = read_source(source, to_arrow_schema(flows[flow]["schema"]), fmt, flow)
-        # under incoming/: a concurrent controller's sweep never removes an ingest in flight
-        uri = layout.incoming_file(flow, uuid.uuid4().hex[:8])
+        # under incoming/, named by its writer: a sweep removes it only once that process
+        # is gone without having committed it (see staged_ingest_is_dead)
+        uri = layout.incoming_file(flow, staging_token())
         inc = Increment((uri,), table.num_rows, write_table(uri, table))
+        crashpoint("ingest-before-commit")
         return catalog.record_ingest(flow, inc, end_frame)
     finally:
         if own:
             catalog.close()
+
+
+# A staged ingest unknown to the catalog after this long is abandoned even if its writer
+# ran on another machine (whose processes a sweep cannot see).
+FOREIGN_STAGING_HOURS = 6.0
+
+
+def staging_token() -> str:
+    """``<unix seconds>-<host>-<pid>-<random>``: who stages an ingest, and since when."""
+    host = socket.gethostname().replace("-", "_")
+    return f"{int(time.time())}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def staged_ingest_is_dead(token: str, now: float | None = None) -> bool:
+    """Whether the ingest that staged ``token`` can no longer commit it: its process on
+    this host is gone, or it is from another host and older than FOREIGN_STAGING_HOURS.
+    Tokens of another shape (staged by an older strata) are left alone."""
+    parts = token.split("-")
+    now = time.time() if now is None else now
+    if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():
+        return False
+    started, host, pid = int(parts[0]), parts[1], int(parts[2])
+    if host == socket.gethostname().replace("-", "_"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's
+            return False
+        return False
+    return now - started > FOREIGN_STAGING_HOURS * 3600

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from strata.controller.ingest import staged_ingest_is_dead
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.fusion import PhysicalStage
@@ -67,7 +68,8 @@ def _delete_increment_files(home: Home, files: Sequence[str]) -> None:
 
 def sweep(catalog: Catalog, home: Home) -> int:
     """Remove files of epochs that crashed before they were applied (under the lock,
-    after recovery, nothing unreferenced under ``flows/`` or ``frames/`` is live)."""
+    after recovery, nothing unreferenced under ``flows/`` or ``frames/`` is live), and
+    files staged by ingests killed before they committed."""
     live = catalog.live_files()
     live_dirs = {f.rsplit("/", 1)[0] for f in live}
     removed = 0
@@ -77,6 +79,10 @@ def sweep(catalog: Catalog, home: Home) -> int:
             removed += 1
     for uri in home.frame_files():
         if uri not in live:
+            fs.delete_quietly(uri)
+            removed += 1
+    for uri, token in home.incoming_dirs():
+        if uri not in live_dirs and staged_ingest_is_dead(token):
             fs.delete_quietly(uri)
             removed += 1
     return removed

@@ -59,6 +59,13 @@ class Home:
         """Where an ingest writes its increment (before the catalog lists it)."""
         return fs.join(self.root, _INCOMING, flow, token, "part-00000.parquet")
 
+    def incoming_dirs(self) -> Iterator[tuple[str, str]]:
+        """Every staged ingest directory under ``incoming/`` as ``(uri, token)``."""
+        root = fs.join(self.root, _INCOMING)
+        for flow in fs.list_dir(root):
+            for token in fs.list_dir(fs.join(root, flow)):
+                yield fs.join(root, flow, token), token
+
     def output_dir(self, flow: str, stage: str, epoch: int, token: str) -> str:
         """The directory of one epoch's output increment of ``flow``."""
         return fs.join(self.root, _FLOWS, flow, f"{stage}-e{epoch:08d}-{token}")
