@@ -466,3 +466,35 @@ def test_a_staged_ingest_is_dead_only_when_its_writer_is():
     assert not staged_ingest_is_dead(foreign)
     assert staged_ingest_is_dead(foreign, now=time.time() + 7 * 3600)
     assert not staged_ingest_is_dead("0a1b2c3d")  # staged by an older strata: kept
+
+
+def test_a_sources_only_dataflow_makes_a_home_for_queries(spark, tmp_path):
+    pipeline = write(tmp_path / "sources.py", """
+        from strata import Dataflow
+
+        dataflow = Dataflow("sources")
+        dataflow.source("urls", "url string")
+    """)
+    home = tmp_path / "home"
+    assert "nothing to run" in ok("run", pipeline, "--home", home).stdout
+    ok("query", "SELECT url, COUNT(*) AS n FROM urls GROUP BY url", "--home", home,
+       "--name", "per_url")
+    ok("ingest", "--home", home, "urls", DAYS[0])
+    ok("run", pipeline, "--home", home)
+    shown = ok("show", "per_url", "--home", home, "--format", "jsonl").stdout.splitlines()
+    assert {r["url"]: r["n"] for r in map(json.loads, shown)} == Counter(urls_of(DAYS[0]))
+
+
+def test_a_run_that_fails_validation_writes_nothing(tmp_path):
+    pipeline = write(tmp_path / "dangling.py", """
+        from strata import Dataflow, Input
+
+        dataflow = Dataflow("dangling")
+        nobody = dataflow.flow("nobody", "url string")
+        dataflow.stage("copy", lambda k, xs, *, out: None,
+                       inputs=[Input(nobody, route_by="url")], outputs={"seen": "url string"})
+    """)
+    home = tmp_path / "home"
+    result = invoke("run", pipeline, "--home", home)
+    assert result.exit_code == 1 and "no stage writes it" in result.stderr
+    assert not home.exists()

@@ -148,7 +148,7 @@ def run(
         t0 = time.perf_counter()
         with Controller(path, dataflow, master=master, mode=mode, num_partitions=partitions,
                         py_files=py_files or ()) as controller:
-            width = max(len(n) for n in controller.units)
+            width = max((len(n) for n in controller.units), default=1)
             status = console.status("checking for input…", spinner="dots")
 
             def on_start(stage: str, epoch: int) -> None:

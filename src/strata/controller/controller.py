@@ -85,6 +85,7 @@ class Controller:
         fuse: bool = True,
         py_files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
+        dataflow.validate()  # before anything is written: a bad dataflow leaves no home
         self.layout = Home(home)
         self.home = self.layout.root
         self.layout.create()

@@ -272,8 +272,9 @@ class Dataflow:
 
     def validate(self) -> Dataflow:
         """Check the whole graph; raise :class:`DataflowError` naming the problem."""
-        if not self.stages:
-            raise DataflowError(f"dataflow {self.name!r} has no stages")
+        if not self.flows:
+            raise DataflowError(f"dataflow {self.name!r} has no flows and no stages; declare "
+                                "at least one source() (a home for queries needs only sources)")
         for f in self.flows.values():
             if not f.external and f.producer is None:
                 raise DataflowError(
