@@ -28,7 +28,10 @@ app = typer.Typer(
          "A home directory holds a dataflow's catalog, state and flows: `strata run "
          "PIPELINE --home DIR` creates it and runs every runnable epoch, `strata ingest` "
          "appends input, `strata status` and `strata show` look inside, `strata graph` "
-         "draws the dataflow.",
+         "draws the dataflow.\n\n"
+         "Exit codes: 0 done; 1 an error (the message says what and what to do); 2 a usage "
+         "error; 75 the home is in use by another controller (retry later); 130 "
+         "interrupted (Ctrl-C or SIGTERM; the next run finishes the epoch).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,

@@ -14,8 +14,10 @@ from rich.text import Text
 
 from strata.model.errors import StrataError
 
+# Exit codes: 2 is a usage error (click's); a locked home is EX_TEMPFAIL, worth retrying.
 EXIT_ERROR = 1
-EXIT_LOCKED = 2
+EXIT_USAGE = 2
+EXIT_LOCKED = 75
 EXIT_INTERRUPTED = 130
 
 

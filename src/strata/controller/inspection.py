@@ -82,7 +82,8 @@ def state_records(home: Home, stage: str) -> tuple[int, list[dict]]:
 def read_records_of(home: Home, target: str, epoch: int | None = None,
                     all_: bool = False) -> tuple[str, list[dict]]:
     """What ``strata show TARGET`` prints, with a title: a flow's newest stored increment
-    (or the one from ``epoch``, or ``all_`` of them), a query's current answer (TARGET is
+    (or the one from ``epoch``, or ``all_`` of them, each record with its ``_epoch``:
+    the producer's epoch or the ingest number), a query's current answer (TARGET is
     its name), or a stage's state (``STAGE.state``)."""
     catalog = Catalog(home.catalog_path)
     try:
@@ -127,7 +128,10 @@ def read_records_of(home: Home, target: str, epoch: int | None = None,
                               f"{epoch}; stored: {', '.join(str(s.epoch) for s in incs)}")
     else:
         picked = incs if all_ else incs[-1:]
-    recs = [r for s in picked for r in read_records(s.increment.files)]
+    if all_:  # records of several increments say which one they came from
+        recs = [{**r, "_epoch": s.epoch} for s in picked for r in read_records(s.increment.files)]
+    else:
+        recs = [r for s in picked for r in read_records(s.increment.files)]
     eps = [s.epoch for s in picked]
     what = (f"{writer} {eps[0]}" if len(eps) == 1
             else f"{len(eps)} increments ({writer}s {eps[0]}–{eps[-1]})")
