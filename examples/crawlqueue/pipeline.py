@@ -20,7 +20,8 @@ and the set of crawled pages, and writes the next crawl queue::
   merge-joins the changed URL counts with it, emitting each changed URL that has *not* been
   crawled (up to and including this increment) as ``{url, site, url_inlinks,
   site_inlinks}`` with the site's current total.
-- ``score`` (record-wise): ``score = url_inlinks + 0.1 * site_inlinks`` (a double).
+- ``score`` (record-wise): ``score = url_inlinks + SITE_WEIGHT * site_inlinks`` (a double;
+  ``SITE_WEIGHT`` is 0.001).
 - ``threshold`` (record-wise): keeps records with ``score >= THRESHOLD`` → ``crawl_queue``.
 
 The record-wise stages fuse into their groupwise neighbours (``extract`` into ``count``'s
@@ -31,7 +32,7 @@ pairs over every page ingested so far, ``inlinks(u)`` the number of pairs whose 
 ``u``, ``site_inlinks(s)`` the number whose link's host is ``s``, and ``C`` the set of
 crawled page URLs so far. The ``crawl_queue`` increment written for increment *e* holds,
 once each, every URL ``u`` that is a link of some page of increment *e*, with ``u`` not
-in ``C``, and ``inlinks(u) + 0.1 * site_inlinks(site(u)) >= THRESHOLD`` — with the counts
+in ``C``, and ``inlinks(u) + SITE_WEIGHT * site_inlinks(site(u)) >= THRESHOLD`` — with the counts
 and ``C`` taken after increment *e*. (A URL whose own count did not change is not
 re-emitted when only its site's count grows.)
 

@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     stage = df.stages["count"]
     runner = SparkStageRunner(str(home), spark, mode=args.mode, num_partitions=4)
 
-    log = Table(title=f"epochs ({args.mode} mode, state grouping: inner)")
+    log = Table(title=f"epochs ({args.mode} mode, state grouping: inner)",
+                caption="state KiB read: the state an epoch reads, i.e. the entries of the "
+                        "URLs it updates, plus whole runs when it compacts them (merges "
+                        "small runs into one); a compacting epoch can read more than the "
+                        "state's total size, which is measured after the epoch.")
     for col in ("epoch", "input file", "records in", "URLs updated", "state KiB read",
                 "state KiB total", "seconds"):
         log.add_column(col, justify="right")

@@ -56,6 +56,8 @@ def test_crawl_queue_matches_full_recomputation(spark, tmp_path):
             reports = c.run()
             assert [(r.stage, r.epoch) for r in reports] == [("count", e), ("merge", e)]
             assert reports[1].records_in["pages"] == len(batch)
+            # count reads pages (extract runs inside its job): reported as pages, not links
+            assert reports[0].records_in == {"pages": len(batch)}
 
             got = sorted(c.read_flow("crawl_queue", e).to_pylist(), key=lambda r: r["url"])
             want = con.execute(QUEUE_SQL, {"e": e}).fetchall()
@@ -78,3 +80,13 @@ def test_crawl_queue_matches_full_recomputation(spark, tmp_path):
             # the merge state is the set of pages crawled so far, each once
             crawled = sorted(r["url"] for b in batches[:e] for r in b)
             assert sorted(r["url"] for r in c.state_records("merge")) == crawled
+
+
+def test_the_docstring_gives_the_site_weight_the_code_uses():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crawl_pipeline_doc", PIPELINE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert f"``SITE_WEIGHT`` is {module.SITE_WEIGHT}" in module.__doc__
+    assert "0.1 *" not in module.__doc__

@@ -254,7 +254,9 @@ class Controller:
             reads = qs[: choice.reads.get(f, 0)]
             intent["reads"][f] = [q.id for q in reads]
             intent["removes"][head] = [q.pos for q in qs[: choice.removes.get(f, 0)]]
-            intent["records_in"][f] = sum(q.increment.records for q in reads)
+            # named by the flow read: a fused chain's first flow (pages), not the stage's
+            # input (links), whose records are only made inside the job
+            intent["records_in"][head] = sum(q.increment.records for q in reads)
         seq = self.catalog.log_intent(name, epoch, intent)
         crashpoint("after-intent")
         try:
