@@ -56,10 +56,12 @@ def status_of(home: Path) -> dict:
 
 # -- help and version ------------------------------------------------------------------
 HELP = {
-    (): ["run", "ingest", "status", "show", "graph", "--version"],
+    (): ["run", "ingest", "status", "show", "export", "graph", "--version", "Exit codes"],
     ("run",): ["PIPELINE", "--home", "--master", "--mode", "--partitions", "--until-idle",
-               "--forever", "--max-epochs", "--poll", "--json", "--traceback"],
-    ("ingest",): ["FLOW", "PATH", "--home", "--format", "--end-frame", "--json"],
+               "--forever", "--max-epochs", "--poll", "--json", "--traceback", "--py-files"],
+    ("ingest",): ["FLOW", "PATH", "--home", "--format", "--end-frame", "--json",
+                  "--from-table", "--sql"],
+    ("export",): ["FLOW", "--home", "--out", "--epoch", "--all"],
     ("status",): ["--home", "--json"],
     ("show",): ["FLOW", "--home", "--epoch", "--all", "--format", "--limit", "STAGE.state"],
     ("graph",): ["PIPELINE", "--out", ".png", ".dot"],

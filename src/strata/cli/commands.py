@@ -216,11 +216,22 @@ def run(
 def ingest(
     flow: Annotated[str, typer.Argument(metavar="FLOW", show_default=False,
                                         help="The external input flow to append to.")],
-    paths: Annotated[list[Path], typer.Argument(
-        metavar="PATH...", show_default=False,
-        help="Files to append, together as one increment (checked against the flow's "
-             "schema first; a bad file appends nothing).")],
     home: HomeOption,
+    paths: Annotated[list[Path] | None, typer.Argument(
+        metavar="PATH", show_default=False,
+        help="Files to append, together as one increment (checked against the flow's "
+             "schema first; a bad file appends nothing).")] = None,
+    from_table: Annotated[str | None, typer.Option(
+        "--from-table", metavar="TABLE",
+        help="Append a Spark table or view instead of files (starts Spark; with --master "
+             "or $STRATA_MASTER for a cluster).")] = None,
+    sql: Annotated[str | None, typer.Option(
+        "--sql", metavar="SELECT",
+        help="Append the rows of a Spark SQL query instead of files, e.g. \"SELECT url "
+             "FROM crawl.day_2\" (starts Spark).")] = None,
+    master: Annotated[str | None, typer.Option(
+        help="Spark master URL for --from-table/--sql (default: $STRATA_MASTER, else "
+             "local[*]).")] = None,
     fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
         "--format", help="File format (default: from each file's extension).")] = None,
     end_frame: Annotated[bool, typer.Option(
@@ -228,7 +239,8 @@ def ingest(
                             "with frame_by).")] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Append the files PATH... to the external input FLOW as one increment.
+    """Append the files PATH... (or a Spark table, or a Spark SQL query's rows) to the
+    external input FLOW as one increment.
 
     Works while a controller runs; the next `strata run` (or the running one) reads it.
     """
@@ -237,7 +249,15 @@ def ingest(
 
     with output.reported():
         path = _existing_home(home)
-        n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
+        given = [x for x in (paths, from_table, sql) if x]
+        if len(given) != 1:
+            raise StrataError("give files to ingest, or one of --from-table TABLE and --sql "
+                              "SELECT (exactly one source)")
+        if paths:
+            n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
+        else:
+            n = _ingest_from_spark(path, flow, from_table, sql, master, end_frame)
+        paths = paths or []
         catalog = _catalog(path)
         try:
             records = next((s.increment.records for s in catalog.flow_increments(flow)
@@ -259,6 +279,22 @@ def ingest(
                           f"{escape(str(home))}` processes it")
         else:
             console.print("no stage reads this flow; the increment is kept")
+
+
+def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
+                       master: str | None, end_frame: bool) -> int:
+    from strata.controller.dataframes import ingest_dataframe
+    from strata.physical.session import get_spark
+
+    spark = get_spark(master)
+    try:
+        frame = spark.table(table) if table else spark.sql(sql or "")
+    except Exception as e:
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
+        what = f"table {table!r}" if table else f"query {sql!r}"
+        raise StrataError(f"Spark cannot read {what}: {output.spark_failure(e)}") from None
+    return ingest_dataframe(Home(home), flow, frame, end_frame=end_frame)
 
 
 # -- status ----------------------------------------------------------------------------
@@ -427,6 +463,39 @@ def show(
         console.print(table)
         if len(recs) > len(shown):
             console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
+
+
+@app.command()
+def export(
+    target: Annotated[str, typer.Argument(
+        metavar="FLOW", show_default=False,
+        help="A flow, a query's name (its current answer) or STAGE.state.")],
+    home: HomeOption,
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", file_okay=False,
+        help="The directory to write (a Parquet table: Spark, DuckDB, pandas and Trino "
+             "read it).")],
+    epoch: Annotated[int | None, typer.Option(
+        help="Only the increment written in epoch N (or ingest N).")] = None,
+    all_: Annotated[bool, typer.Option(
+        "--all", help="All stored increments, with an _epoch column.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Write FLOW's newest increment (or --epoch N, --all), a query's answer or a stage's
+    state as a Parquet table for other tools."""
+    with output.reported():
+        if epoch is not None and all_:
+            raise StrataError("give either --epoch N or --all, not both")
+        from strata.controller.dataframes import export_parquet
+        from strata.controller.inspection import open_home, read_table_of
+
+        title, table = read_table_of(open_home(_home_path(home)), target, epoch, all_)
+        path = export_parquet(table, out)
+        if json_out:
+            typer.echo(output.dumps({"target": target, "what": title, "rows": table.num_rows,
+                                     "path": path}))
+            return
+        output.out().print(f"wrote {title} ({table.num_rows:,} rows) to {escape(path)}")
 
 
 @app.command()

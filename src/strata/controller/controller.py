@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from strata.controller import recovery, scheduling
+from strata.controller.dataframes import ingest_dataframe
 from strata.controller.framing import frame_all
 from strata.controller.ingest import ingest
 from strata.controller.lock import HomeLock
@@ -134,9 +135,15 @@ class Controller:
         return self._runner is not None or self._spark is not None
 
     # -- input and output -----------------------------------------------------------------
-    def ingest(self, flow: str, source: Sequence[str | os.PathLike[str]] | Sequence[dict],
+    def ingest(self, flow: str,
+               source: Sequence[str | os.PathLike[str]] | Sequence[dict] | DataFrame,
                fmt: str | None = None, end_frame: bool = False) -> int:
-        """Append one increment to external input ``flow`` (see :func:`ingest`)."""
+        """Append one increment to external input ``flow``: files or records (see
+        :func:`ingest`), or a Spark DataFrame, written by Spark (see
+        :func:`~strata.controller.dataframes.ingest_dataframe`)."""
+        if isinstance(source, DataFrame):
+            return ingest_dataframe(self.layout, flow, source, end_frame=end_frame,
+                                    catalog=self.catalog)
         return ingest(self.layout, flow, source, fmt, end_frame=end_frame,
                       catalog=self.catalog)
 
@@ -172,6 +179,17 @@ class Controller:
         """The same answer as a Spark DataFrame."""
         table = self.answer(query)
         return self.runner.spark.createDataFrame(table.to_pandas(), schema=to_ddl(table.schema))
+
+    def create_temp_views(self) -> list[str]:
+        """Register every flow (its stored increments) and every query's current answer
+        as a Spark temporary view named after it, for Spark SQL; the names registered."""
+        views = [(f, self.flow_dataframe(f)) for f in self.dataflow.flows
+                 if self.catalog.flow_increments(f)]
+        views += [(q, self.answer_dataframe(q)) for q in self.units
+                  if StateDir(self.layout.stage(q)).current().kind == "query"]
+        for name, frame in views:
+            frame.createOrReplaceTempView(name)
+        return [name for name, _ in views]
 
     def state_records(self, stage: str) -> list[dict]:
         """A stage's committed state records."""

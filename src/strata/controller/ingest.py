@@ -37,17 +37,8 @@ def ingest(
     own = catalog is None
     catalog = catalog or Catalog(layout.catalog_path)
     try:
-        flows = catalog.flows()
-        if flow not in flows:
-            known = ", ".join(sorted(n for n, f in flows.items() if f["external"])) or "none"
-            raise StrataError(
-                f"home {layout.root} has no flow {flow!r} (external inputs: {known}). "
-                "Register the dataflow first with `strata run PIPELINE --home DIR`."
-            )
-        if not flows[flow]["external"]:
-            raise StrataError(f"flow {flow!r} is written by stage {flows[flow]['producer']!r}; "
-                              "only external inputs take ingested increments")
-        table = read_source(source, to_arrow_schema(flows[flow]["schema"]), fmt, flow)
+        ddl = checked_external_flow(layout, catalog, flow)
+        table = read_source(source, to_arrow_schema(ddl), fmt, flow)
         # under incoming/, named by its writer: a sweep removes it only once that process
         # is gone without having committed it (see staged_ingest_is_dead)
         uri = layout.incoming_file(flow, staging_token())
@@ -57,6 +48,20 @@ def ingest(
     finally:
         if own:
             catalog.close()
+
+
+def checked_external_flow(home: Home, catalog: Catalog, flow: str) -> str:
+    """The schema (DDL) of external input ``flow``; StrataError if it is not one."""
+    flows = catalog.flows()
+    if flow not in flows:
+        known = ", ".join(sorted(n for n, f in flows.items() if f["external"])) or "none"
+        raise StrataError(
+            f"home {home.root} has no flow {flow!r} (external inputs: {known}). "
+            "Register the dataflow first with `strata run PIPELINE --home DIR`.")
+    if not flows[flow]["external"]:
+        raise StrataError(f"flow {flow!r} is written by stage {flows[flow]['producer']!r}; "
+                          "only external inputs take ingested increments")
+    return flows[flow]["schema"]
 
 
 # A staged ingest unknown to the catalog after this long is abandoned even if its writer

@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from strata.model.errors import StrataError
+from strata.model.schema import to_arrow_schema
 from strata.physical.program import read_answer, read_state
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
-from strata.storage.increments import read_records
 from strata.storage.manifest import StateDir
 
 
@@ -81,6 +84,13 @@ def state_records(home: Home, stage: str) -> tuple[int, list[dict]]:
 
 def read_records_of(home: Home, target: str, epoch: int | None = None,
                     all_: bool = False) -> tuple[str, list[dict]]:
+    """:func:`read_table_of` as records."""
+    title, table = read_table_of(home, target, epoch, all_)
+    return title, table.to_pylist()
+
+
+def read_table_of(home: Home, target: str, epoch: int | None = None,
+                  all_: bool = False) -> tuple[str, pa.Table]:
     """What ``strata show TARGET`` prints, with a title: a flow's newest stored increment
     (or the one from ``epoch``, or ``all_`` of them, each record with its ``_epoch``:
     the producer's epoch or the ingest number), a query's current answer (TARGET is
@@ -100,7 +110,7 @@ def read_records_of(home: Home, target: str, epoch: int | None = None,
             if epoch is not None and epoch != current:
                 raise StrataError(f"stage {stage!r} keeps only its current state (epoch "
                                   f"{current}), not epoch {epoch}")
-            return f"state of {stage} after epoch {current}", recs
+            return f"state of {stage} after epoch {current}", pa.Table.from_pylist(recs)
         if target in stages and target not in flows:
             snap = StateDir(home.stage(target)).current()
             if snap.kind == "query":
@@ -108,7 +118,7 @@ def read_records_of(home: Home, target: str, epoch: int | None = None,
                     raise StrataError(f"{target!r} is a query: only its current answer is "
                                       f"kept (its changes are the flow {target}_changes)")
                 return (f"answer of query {target} after epoch {snap.epoch}",
-                        read_answer(home.stage(target), snap).to_pylist())
+                        read_answer(home.stage(target), snap))
         if target not in flows:
             raise StrataError(
                 f"home has no flow {target!r}; flows: {', '.join(sorted(flows)) or 'none'}; "
@@ -128,10 +138,15 @@ def read_records_of(home: Home, target: str, epoch: int | None = None,
                               f"{epoch}; stored: {', '.join(str(s.epoch) for s in incs)}")
     else:
         picked = incs if all_ else incs[-1:]
-    if all_:  # records of several increments say which one they came from
-        recs = [{**r, "_epoch": s.epoch} for s in picked for r in read_records(s.increment.files)]
-    else:
-        recs = [r for s in picked for r in read_records(s.increment.files)]
+    schema = to_arrow_schema(flows[target]["schema"])
+    tables = []
+    for s in picked:
+        t = pa.concat_tables([pq.read_table(f, schema=schema) for f in s.increment.files]
+                             or [schema.empty_table()])
+        if all_:  # records of several increments say which one they came from
+            t = t.append_column("_epoch", pa.array([s.epoch] * t.num_rows, pa.int64()))
+        tables.append(t)
+    recs = pa.concat_tables(tables)
     eps = [s.epoch for s in picked]
     what = (f"{writer} {eps[0]}" if len(eps) == 1
             else f"{len(eps)} increments ({writer}s {eps[0]}–{eps[-1]})")

@@ -59,6 +59,10 @@ class Home:
         """Where an ingest writes its increment (before the catalog lists it)."""
         return fs.join(self.root, _INCOMING, flow, token, "part-00000.parquet")
 
+    def incoming_dir(self, flow: str, token: str) -> str:
+        """Where an ingest of a Spark DataFrame writes its part files."""
+        return fs.join(self.root, _INCOMING, flow, token)
+
     def incoming_dirs(self) -> Iterator[tuple[str, str]]:
         """Every staged ingest directory under ``incoming/`` as ``(uri, token)``."""
         root = fs.join(self.root, _INCOMING)
