@@ -62,7 +62,7 @@ def ship_modules(spark: Any, modules: Iterable[ModuleType]) -> list[str]:
     Returns the zip files added by this call (empty when all were shipped before).
     """
     roots = {root for m in modules if (root := source_root(m)) is not None}
-    return [z for r in sorted(roots, key=str) if (z := _add(spark, zip_root(r)))]
+    return [z for r in sorted(roots, key=str) if _add(spark, z := zip_root(r))]
 
 
 def ship_files(spark: Any, paths: Iterable[str | os.PathLike[str]]) -> list[str]:
