@@ -186,11 +186,11 @@ def test_run_with_progress_lines(spark, urlcount_home, tmp_path):
     assert status_of(home)["stages"][0]["epochs"] == 3
 
 
-def test_run_forever_stops_at_max_epochs(spark, urlcount_home, tmp_path):
+def test_run_follow_stops_at_max_epochs(spark, urlcount_home, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(urlcount_home[0], home)
     ok("ingest", "--home", home, "urls", DAYS[2])
-    ran = json.loads(ok("run", URLCOUNT, "--home", home, "--forever", "--poll", "0.1",
+    ran = json.loads(ok("run", URLCOUNT, "--home", home, "--follow", "--poll", "0.1",
                         "--max-epochs", "1", "--json").stdout)
     assert ran["epochs"] == 1 and ran["stopped"] == "max-epochs"
 
@@ -314,14 +314,16 @@ def test_run_on_a_locked_home_exits_75(registered_home):
     ok("run", URLCOUNT, "--home", registered_home)  # free again
 
 
-def test_forever_stops_cleanly_on_ctrl_c_while_idle(registered_home, monkeypatch):
-    def interrupt(seconds):
-        raise KeyboardInterrupt
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_follow_stops_cleanly_on_a_signal_while_idle(registered_home, sig):
+    import signal
+    import threading
 
-    monkeypatch.setattr(time, "sleep", interrupt)
-    ran = json.loads(ok("run", URLCOUNT, "--home", registered_home, "--forever",
+    threading.Timer(1.0, os.kill, (os.getpid(), getattr(signal, sig))).start()
+    ran = json.loads(ok("run", URLCOUNT, "--home", registered_home, "--follow",
                         "--json").stdout)
-    assert ran == {**ran, "epochs": 0, "stopped": "interrupted"}
+    assert ran == {**ran, "epochs": 0, "stopped": "stopped"}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers put back
 
 
 @pytest.mark.parametrize("command", [["status"], ["show", "counts"], ["ingest", "urls", "x"]])

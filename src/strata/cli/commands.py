@@ -110,13 +110,22 @@ def run(
         help="State partitions of stages that have not run yet (default: Spark's "
              "parallelism, at least 2).")] = None,
     until_idle: Annotated[bool, typer.Option(
-        "--until-idle/--forever",
-        help="Stop when nothing is runnable (default), or keep polling for new input "
-             "until Ctrl-C.")] = True,
+        "--until-idle/--follow",
+        help="Stop when nothing is runnable (default), or keep one Spark session and "
+             "process input as it arrives (from `strata ingest` or --watch) until Ctrl-C "
+             "or SIGTERM, which stop it between epochs.")] = True,
+    forever: Annotated[bool, typer.Option(
+        "--forever", hidden=True, help="The old name of --follow.")] = False,
+    watch: Annotated[Path | None, typer.Option(
+        "--watch", metavar="DIR", file_okay=False,
+        help="With --follow: a landing directory; a file dropped into DIR/FLOW/ is "
+             "ingested as one increment and moved to DIR/.ingested/FLOW/ (rejected files "
+             "to DIR/.rejected/FLOW/ with the reason). Write files under a .tmp name and "
+             "rename them when complete.")] = None,
     max_epochs: Annotated[int | None, typer.Option(
         min=1, help="Stop after this many stage epochs.")] = None,
     poll: Annotated[float, typer.Option(
-        min=0.1, help="With --forever: seconds between checks for new input.")] = 5.0,
+        min=0.05, help="With --follow: seconds between checks for new input.")] = 0.5,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object at the end (the epoch reports) and no "
                        "progress on stdout.")] = False,
@@ -175,18 +184,14 @@ def run(
             if show_progress:
                 status.start()
             try:
-                while True:
-                    left = None if max_epochs is None else max_epochs - len(reports)
-                    reports += controller.run(max_epochs=left, on_epoch=on_epoch,
+                if until_idle and not forever:
+                    reports += controller.run(max_epochs=max_epochs, on_epoch=on_epoch,
                                               on_start=on_start)
                     if max_epochs is not None and len(reports) >= max_epochs:
                         stopped = "max-epochs"
-                        break
-                    if until_idle:
-                        break
-                    status.update(f"idle: checking for new input every {poll:g} s "
-                                  "(Ctrl-C stops)")
-                    time.sleep(poll)
+                else:
+                    reports, stopped = _follow(controller, console, status, poll, watch,
+                                               max_epochs, on_epoch, on_start, json_out)
             except KeyboardInterrupt:
                 stopped = "interrupted"
             except Exception as e:
@@ -210,6 +215,52 @@ def run(
                               "`strata run` finishes it (nothing is lost or applied twice)",
                               style="yellow"))
             raise typer.Exit(output.EXIT_INTERRUPTED)
+
+
+def _follow(controller, console, status, poll: float, watch: Path | None,
+            max_epochs: int | None, on_epoch, on_start, json_out: bool) -> tuple[list, str]:
+    """``strata run --follow``: SIGTERM or a first Ctrl-C stop it between epochs (a second
+    Ctrl-C interrupts the epoch; the next run finishes it)."""
+    import signal
+    import threading
+
+    from strata.controller.follow import Landing, follow
+
+    stop = threading.Event()
+
+    def request_stop(signum, frame) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        status.update("stopping after the current epoch…")
+
+    landing = Landing(watch, controller) if watch else None
+
+    def on_landed(landed) -> None:
+        if json_out:
+            return
+        if landed.error:
+            output.err().print(Text(f"rejected {landed.file}: {landed.error}", style="red"))
+        else:
+            console.print(f"ingested {landed.file} into {landed.flow} as increment "
+                          f"{landed.increment}")
+
+    def on_idle() -> None:
+        status.update(f"following: checking for new input every {poll:g} s (Ctrl-C or "
+                      "SIGTERM stops)")
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM,
+                                                                  signal.SIGINT)}
+    try:
+        reports = follow(controller, stop, poll=poll, landing=landing, max_epochs=max_epochs,
+                         on_epoch=on_epoch, on_start=on_start, on_landed=on_landed,
+                         on_idle=on_idle)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stop.is_set():
+        return reports, "stopped"
+    return reports, "max-epochs"
 
 
 @app.command()

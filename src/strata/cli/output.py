@@ -105,11 +105,11 @@ def run_summary(console: Console, home: str, dataflow, reports: list, seconds: f
     if reports:
         n = len(reports)
         why = {"idle": "nothing more is runnable", "max-epochs": "--max-epochs reached",
-               "interrupted": "interrupted"}[stopped]
+               "interrupted": "interrupted", "stopped": "stopped on request"}[stopped]
         console.print(f"{n} epoch{'s' if n != 1 else ''} in {seconds:.1f} s; {why}.")
         return
-    if stopped == "interrupted":
-        console.print("interrupted; no epoch ran.")
+    if stopped in ("interrupted", "stopped"):
+        console.print(f"{stopped}; no epoch ran.")
         return
     sources = ", ".join(f.name for f in dataflow.sources) or "none"
     console.print(f"nothing to run: no input is waiting (external inputs: {sources}). "

@@ -55,6 +55,7 @@ class EpochReport:
     seconds: float
     metrics: dict = field(default_factory=dict)
     recovered: bool = False
+    finished: float = field(default_factory=time.time)  # wall-clock time it was applied
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -201,10 +202,14 @@ class Controller:
         max_epochs: int | None = None,
         on_epoch: Callable[[EpochReport], None] | None = None,
         on_start: Callable[[str, int], None] | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> list[EpochReport]:
-        """Run epochs until nothing is runnable (or ``max_epochs`` ran)."""
+        """Run epochs until nothing is runnable, ``max_epochs`` ran, or ``until()`` says
+        to stop (checked between epochs)."""
         reports = self.recover(on_epoch)
         while max_epochs is None or len(reports) < max_epochs:
+            if until is not None and until():
+                break
             marked = frame_all(self.catalog, self.layout, self.dataflow, self.units)
             choice = scheduling.choose(self._views())
             if choice is None:
