@@ -1,20 +1,39 @@
-"""Reading files to ingest, checked against the flow's schema before anything is stored."""
+"""Reading files to ingest with pyarrow's readers, checked against the flow's schema.
+
+A file that does not fit is rejected whole, naming the file, the line (CSV, JSONL) or
+row group (Parquet) and the column. Rules:
+
+* CSV: the header must hold exactly the flow's columns (any order). A row with too few
+  or too many fields is rejected. An empty cell is ``""`` in a string column and null in
+  any other column, which is an error if the field is not nullable. Nested columns
+  (lists, structs, maps) hold JSON text. Line numbers count the header as line 1 and
+  one per record; blank lines are skipped and not counted.
+* JSONL: one JSON object per line; blank lines are allowed. An unexpected key is
+  rejected; an absent key is null, which is an error if the field is not nullable.
+* Parquet: the same columns as the flow, each castable to the flow's type.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from strata.model.errors import StrataError
 from strata.model.schema import to_table
 
 FORMATS = ("jsonl", "csv", "parquet")
+_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
+_TRUE, _FALSE = ["true", "True", "TRUE", "1"], ["false", "False", "FALSE", "0"]
 
 
 class IngestError(StrataError):
@@ -46,7 +65,8 @@ def read_source(source: Sequence, schema: pa.Schema, fmt: str | None, flow: str)
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def _checked(records: list, schema: pa.Schema, flow: str, where: str, locate) -> pa.Table:
+def _checked(records: list, schema: pa.Schema, flow: str, where: str,
+             locate: Callable[[int], str]) -> pa.Table:
     res = to_table(records, schema)
     if isinstance(res, tuple):
         i, rec, why = res
@@ -55,61 +75,258 @@ def _checked(records: list, schema: pa.Schema, flow: str, where: str, locate) ->
     return res
 
 
+def _fail(path: str, where: str, what: str, flow: str) -> IngestError:
+    return IngestError(f"{path}, {where}: {what} (flow {flow!r}). Nothing was ingested.")
+
+
 def _read_file(path: str, schema: pa.Schema, fmt: str, flow: str) -> pa.Table:
     if not os.path.exists(path):
         raise IngestError(f"no such file: {path}")
-    if fmt == "parquet":
-        try:
-            table = pq.read_table(path)
-        except (pa.ArrowException, OSError) as e:
-            raise IngestError(f"{path}: not a readable Parquet file ({e})") from None
-        if set(table.column_names) != set(schema.names):
-            raise IngestError(f"{path}: columns {table.column_names} differ from flow "
-                              f"{flow!r} ({schema.names}). Nothing was ingested.")
-        try:
-            return table.select(schema.names).cast(schema, safe=True)
-        except (pa.ArrowException, ValueError) as e:
-            raise IngestError(f"{path}: column types do not fit flow {flow!r}: {e}. "
-                              "Nothing was ingested.") from None
+    reader = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[fmt]
+    return reader(path, schema, flow)
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _error_of(fn: Callable[..., Any], *args: Any) -> str | None:
+    """The message of the error ``fn(*args)`` raises, or None."""
+    try:
+        fn(*args)
+    except _ERRORS as e:
+        return _clean(e)
+    return None
+
+
+def _clean(e: Exception) -> str:
+    """pyarrow's message without its "in row N", which counts within a block."""
+    return re.sub(r" in row \d+", "", str(e))
+
+
+def _first_bad(n: int, ok: Callable[[int, int], bool]) -> int | None:
+    """Index of the first of ``n`` items that fails, ``ok(lo, hi)`` checking items lo..hi-1."""
+    if ok(0, n):
+        return None
+    lo, hi = 0, n  # items before lo are fine; the first bad one is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(lo, mid) else (lo, mid)
+    return lo
+
+
+def _first_failing(fn: Callable[..., Any], cells: pa.Array, *args: Any) -> int | None:
+    """Index of the first cell on which ``fn(cells, *args)`` fails."""
+    return _first_bad(len(cells), lambda lo, hi: _error_of(fn, cells[lo:hi], *args) is None)
+
+
+def _a(t: pa.DataType) -> str:
+    return f"{'an' if str(t)[0] in 'aeiou' else 'a'} {t}"
+
+
+def _has_map(t: pa.DataType) -> bool:
+    return pa.types.is_map(t) or any(_has_map(t.field(i).type) for i in range(t.num_fields))
+
+
+def _json_type(t: pa.DataType) -> pa.DataType:
+    """The type pyarrow.json reads for ``t``: dates as text (cast afterwards)."""
+    if pa.types.is_date(t):
+        return pa.string()
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_json_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_json_type(f.type)) for f in t])
+    return t
+
+
+# -- JSONL ------------------------------------------------------------------------------
+def _jsonl(data: bytes, schema: pa.Schema, unexpected: str = "error") -> pa.Table:
+    opts = pj.ParseOptions(unexpected_field_behavior=unexpected, explicit_schema=pa.schema(
+        [f.with_type(_json_type(f.type)) for f in schema]))
+    return pj.read_json(pa.BufferReader(data), parse_options=opts).cast(schema)
+
+
+def _records(data: bytes) -> int:
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _read_jsonl(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+    if _has_map(pa.struct(list(schema))):  # pyarrow.json cannot read maps
+        return _read_jsonl_records(path, schema, flow)
+    data = Path(path).read_bytes()
+    try:
+        table = _jsonl(data, schema) if data.strip() else schema.empty_table()
+        if table.num_rows == _records(data):  # else a line held no object or several
+            return table
+    except _ERRORS:
+        pass
+    lines = data.split(b"\n")
+    i = _first_bad(len(lines), lambda lo, hi: _fits(b"\n".join(lines[lo:hi]), schema))
+    if i is None:
+        raise _fail(path, "line unknown", "the file does not fit", flow)
+    field, what = _json_line_problem(lines[i], schema)
+    raise _fail(path, f"line {i + 1}{field}", what, flow)
+
+
+def _fits(chunk: bytes, schema: pa.Schema) -> bool:
+    """Whether JSONL text fits ``schema`` with one object on each non-blank line."""
+    try:
+        return not chunk.strip() or _jsonl(chunk, schema).num_rows == _records(chunk)
+    except _ERRORS:
+        return False
+
+
+def _json_line_problem(line: bytes, schema: pa.Schema) -> tuple[str, str]:
+    """Why one JSONL line does not fit ``schema``: (``", field 'f'"`` or ``""``, why)."""
+    try:
+        got = pj.read_json(pa.BufferReader(line))
+    except _ERRORS as e:
+        return "", f"invalid JSON ({_clean(e)})"
+    if got.num_rows != 1:
+        return "", "one JSON object per line is expected"
+    extra = [n for n in got.column_names if n not in schema.names]
+    if extra:
+        return f", field {extra[0]!r}", f"not a column of the flow ({', '.join(schema.names)})"
+    for f in schema:
+        value = got[f.name][0].as_py() if f.name in got.column_names else ...
+        if value is ... or value is None:
+            if not f.nullable:
+                how = "missing" if value is ... else "null"
+                return f", field {f.name!r}", f"{how}, but the flow requires a value"
+        elif _error_of(_jsonl, line, pa.schema([f]), "ignore"):
+            return f", field {f.name!r}", f"{json.dumps(value, default=str)} is not {_a(f.type)}"
+    return "", f"does not fit ({_error_of(_jsonl, line, schema)})"
+
+
+def _read_jsonl_records(path: str, schema: pa.Schema, flow: str) -> pa.Table:
     records: list = []
     lines: list[int] = []
-    if fmt == "jsonl":
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise IngestError(f"{path}, line {n}: invalid JSON ({e.msg}). "
-                                      "Nothing was ingested.") from None
+                    raise _fail(path, f"line {n}", f"invalid JSON ({e.msg})", flow) from None
                 lines.append(n)
-        return _checked(records, schema, flow, path, lambda i: f"line {lines[i]}")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if set(reader.fieldnames or []) != set(schema.names):
-            raise IngestError(f"{path}: header {reader.fieldnames} differs from flow {flow!r} "
-                              f"({schema.names}). Nothing was ingested.")
-        for n, row in enumerate(reader, 2):
-            try:
-                records.append({fld.name: _convert(row[fld.name], fld.type) for fld in schema})
-            except ValueError as e:
-                raise IngestError(f"{path}, row {n}: {e}. Nothing was ingested.") from None
-            lines.append(n)
-    return _checked(records, schema, flow, path, lambda i: f"row {lines[i]}")
+    return _checked(records, schema, flow, path, lambda i: f"line {lines[i]}")
 
 
-def _convert(text: str, t: pa.DataType):
-    if text == "":
-        return None
-    if pa.types.is_integer(t):
-        return int(text)
-    if pa.types.is_floating(t):
-        return float(text)
-    if pa.types.is_boolean(t):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"{text!r} is not a boolean")
-        return text.lower() in ("true", "1")
-    if pa.types.is_string(t):
-        return text
-    return json.loads(text)  # nested types are written as JSON in CSV cells
+# -- CSV --------------------------------------------------------------------------------
+def _csv(path: str, types: dict[str, pa.DataType], bad: list, threads: bool) -> pa.Table:
+    def on_bad(row: Any) -> str:
+        bad.append((row.number, row.actual_columns, row.text))
+        return "skip"
+
+    return pcsv.read_csv(
+        path, read_options=pcsv.ReadOptions(use_threads=threads),
+        parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=on_bad),
+        convert_options=pcsv.ConvertOptions(
+            column_types=types, null_values=[""], strings_can_be_null=False,
+            true_values=_TRUE, false_values=_FALSE))
+
+
+def _read_csv(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+    try:
+        header = pcsv.open_csv(path, parse_options=pcsv.ParseOptions(
+            invalid_row_handler=lambda row: "skip")).schema.names
+    except _ERRORS as e:
+        raise _fail(path, "line 1", f"no CSV header ({e})", flow) from None
+    if sorted(header) != sorted(schema.names):
+        missing = [n for n in schema.names if n not in header]
+        extra = [n for n in header if n not in schema.names or header.count(n) > 1]
+        raise _fail(path, "line 1", f"header {header} differs from the flow's columns "
+                    f"{schema.names} (missing {missing}, unexpected {extra})", flow)
+    types = {f.name: pa.string() if pa.types.is_nested(f.type) else f.type for f in schema}
+    bad: list = []
+    try:
+        table = _csv(path, types, bad, threads=True)
+    except _ERRORS as e:
+        raise _csv_problem(path, schema, flow, str(e)) from None
+    if bad:
+        raise _csv_problem(path, schema, flow, "")
+    return pa.Table.from_arrays([_csv_column(path, table[f.name].combine_chunks(), f, flow)
+                                 for f in schema], schema=schema)
+
+
+def _csv_problem(path: str, schema: pa.Schema, flow: str, arrow_msg: str) -> IngestError:
+    """Re-read every cell as text to find the first bad row, or cell and its line."""
+    bad: list = []
+    text = _csv(path, dict.fromkeys(schema.names, pa.string()), bad, threads=False)
+    header = text.column_names
+    if bad:
+        line, n, row = bad[0]
+        what = (f"no value for column {header[n]!r}" if n < len(header)
+                else f"extra value after the last column {header[-1]!r}")
+        return _fail(path, f"line {line}", f"{n} fields where the header has {len(header)}, "
+                     f"{what}: {row[:80]!r}", flow)
+    found = []
+    for f in schema:
+        if pa.types.is_nested(f.type) or pa.types.is_string(f.type):
+            continue
+        cells = text[f.name].combine_chunks()
+        cells = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
+        i = _first_failing(pc.cast, cells, f.type)
+        if i is not None:
+            found.append((i, f.name, f.type))
+    if not found:
+        return _fail(path, "line unknown", arrow_msg, flow)
+    i, name, t = min(found, key=lambda x: x[0])
+    return _fail(path, f"line {i + 2}, column {name!r}",
+                 f"{text[name][i].as_py()!r} is not {_a(t)}", flow)
+
+
+def _json_cells(cells: pa.Array, t: pa.DataType) -> pa.Array:
+    """JSON text cells (``""`` is null) as an array of nested type ``t``."""
+    if _has_map(t):  # pyarrow.json cannot read maps: parse each cell
+        return pa.array([json.loads(c) if c else None for c in cells.to_pylist()], type=t)
+    text = pc.replace_substring_regex(cells, r"[\r\n]", " ")  # raw newlines are not JSON
+    text = pc.if_else(pc.equal(text, ""), "null", text)
+    lines = pc.binary_join_element_wise('{"v":', text, "}", "")
+    offsets = pa.array([0, len(lines)], pa.int32())
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, lines), "\n")[0]
+    table = _jsonl(joined.as_buffer().to_pybytes(), pa.schema([("v", t)]))
+    if table.num_rows != len(cells):
+        raise ValueError("a cell holds more than one JSON value")
+    return table["v"].combine_chunks()
+
+
+def _csv_column(path: str, cells: pa.Array, f: pa.Field, flow: str) -> pa.Array:
+    if pa.types.is_nested(f.type):
+        try:
+            cells = _json_cells(cells, f.type)
+        except _ERRORS:
+            i = _first_failing(_json_cells, cells, f.type) or 0
+            why = _error_of(_json_cells, cells[i:i + 1], f.type)
+            raise _fail(path, f"line {i + 2}, column {f.name!r}", f"{cells[i].as_py()!r} "
+                        f"is not JSON for {_a(f.type)} ({why})", flow) from None
+    if not f.nullable and cells.null_count:
+        i = pc.index(cells.is_null(), True).as_py()
+        raise _fail(path, f"line {i + 2}, column {f.name!r}",
+                    "empty, but the flow requires a value", flow)
+    return cells
+
+
+# -- Parquet ----------------------------------------------------------------------------
+def _read_parquet(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+    try:
+        pf = pq.ParquetFile(path)
+        table = pf.read()
+    except (pa.ArrowException, OSError) as e:
+        raise IngestError(f"{path}: not a readable Parquet file ({e})") from None
+    if sorted(table.column_names) != sorted(schema.names):
+        raise IngestError(f"{path}: columns {table.column_names} differ from flow "
+                          f"{flow!r} ({schema.names}). Nothing was ingested.")
+    for f in schema:
+        col = table[f.name]
+        if _error_of(col.cast, f.type) is None and (f.nullable or not col.null_count):
+            continue
+        start = 0
+        for g in range(pf.num_row_groups):
+            part = pf.read_row_group(g, columns=[f.name]).column(0)
+            where = f"row group {g} (rows {start + 1}-{start + len(part)}), column {f.name!r}"
+            why = _error_of(part.cast, f.type)
+            if why:
+                raise _fail(path, where, f"file type {col.type} does not fit the flow's type "
+                            f"{f.type} ({why})", flow)
+            if not f.nullable and part.null_count:
+                raise _fail(path, where, "null, but the flow requires a value", flow)
+            start += len(part)
+    return table.select(schema.names).cast(schema)
