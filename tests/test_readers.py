@@ -157,10 +157,6 @@ def test_jsonl_missing_key(tmp_path):
     assert "data.jsonl, line 2, field 'n': missing, but the flow requires a value" in msg
     msg = _error(_write(tmp_path, "data.jsonl", '{"s": "a", "n": null}\n'), schema)
     assert "data.jsonl, line 1, field 'n': null" in msg
-    # nullable fields may be absent: they are null
-    table = read_source([_write(tmp_path, "ok.jsonl", '{"n": 1}\n')], schema.set(
-        0, pa.field("s", pa.string())), None, "t")
-    assert table.to_pylist() == [{"s": None, "n": 1}]
 
 
 @pytest.mark.parametrize("value, field, what", [
@@ -195,3 +191,15 @@ def test_parquet_column_set_mismatch(tmp_path):
     path = tmp_path / "data.parquet"
     pq.write_table(EXPECTED.drop_columns(["ok"]), path)
     assert "columns ['s', 'n', 'x'] differ from flow 'things'" in _error(path)
+
+
+def test_a_missing_jsonl_key_is_refused_even_for_a_nullable_field(tmp_path):
+    schema = pa.schema([("s", pa.string()), ("n", pa.int64())])  # both nullable
+    path = tmp_path / "gap.jsonl"
+    path.write_text('{"s": "a", "n": 1}\n\n{"s": "b", "n": null}\n{"s": "c"}\n')
+    with pytest.raises(IngestError) as e:
+        read_source([str(path)], schema, None, "things")
+    assert "gap.jsonl, line 4, field 'n': missing (write null for no value)" in str(e.value)
+    path.write_text('{"s": "a", "n": 1}\n{"n": null, "s": "b"}\n')
+    assert read_source([str(path)], schema, None, "things").to_pylist() == [
+        {"s": "a", "n": 1}, {"s": "b", "n": None}]
