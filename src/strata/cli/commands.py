@@ -277,6 +277,9 @@ def ingest(
         help="Append a Spark table or view instead of files (starts Spark; with --master "
              "or $STRATA_MASTER for a cluster).")] = None,
     sql: Annotated[str | None, typer.Option(
+        "--sql", metavar="QUERY",
+        help="Append the rows of a Spark SQL query instead of files: a select over tables "
+             "Spark knows (starts Spark).")] = None, typer.Option(
         "--sql", metavar="SELECT",
         help="Append the rows of a Spark SQL query instead of files, e.g. \"SELECT url "
              "FROM crawl.day_2\" (starts Spark).")] = None,
@@ -303,7 +306,7 @@ def ingest(
         given = [x for x in (paths, from_table, sql) if x]
         if len(given) != 1:
             raise StrataError("give files to ingest, or one of --from-table TABLE and --sql "
-                              "SELECT (exactly one source)")
+                              "QUERY (exactly one source)")
         if paths:
             n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
         else:
