@@ -279,10 +279,7 @@ def ingest(
     sql: Annotated[str | None, typer.Option(
         "--sql", metavar="QUERY",
         help="Append the rows of a Spark SQL query instead of files: a select over tables "
-             "Spark knows (starts Spark).")] = None, typer.Option(
-        "--sql", metavar="SELECT",
-        help="Append the rows of a Spark SQL query instead of files, e.g. \"SELECT url "
-             "FROM crawl.day_2\" (starts Spark).")] = None,
+             "Spark knows (starts Spark).")] = None,
     master: Annotated[str | None, typer.Option(
         help="Spark master URL for --from-table/--sql (default: $STRATA_MASTER, else "
              "local[*]).")] = None,
