@@ -102,6 +102,11 @@ def run(
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (spark://…, yarn, k8s://…). Default: the active Spark "
              "session, else $STRATA_MASTER, else local[*].")] = None,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="sc://HOST:PORT",
+        help="Run over a Spark Connect server instead of a classic session (default: "
+             "$STRATA_REMOTE unless --master is given). Query stages run there; translate "
+             "stages need a classic session and are refused.")] = None,
     mode: Annotated[Literal["direct", "blackbox"], typer.Option(
         help="Execution mode: direct (state stays partitioned, per-epoch work follows the "
              "increment) or blackbox (re-shuffles the whole state every epoch).")] = "direct",
@@ -149,8 +154,10 @@ def run(
         console = output.err() if json_out else output.out()
         show_progress = not json_out or sys.stderr.isatty()
         t0 = time.perf_counter()
-        with Controller(path, dataflow, master=master, mode=mode, num_partitions=partitions,
-                        py_files=py_files or ()) as controller:
+        if master and remote:
+            raise StrataError("give either --master or --remote (Spark Connect), not both")
+        with Controller(path, dataflow, master=master, remote=remote, mode=mode,
+                        num_partitions=partitions, py_files=py_files or ()) as controller:
             width = max((len(n) for n in controller.units), default=1)
             status = console.status("checking for input…", spinner="dots")
 
