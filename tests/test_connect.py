@@ -74,10 +74,39 @@ def _accepts(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+class ConnectServer:
+    """A Spark Connect server being started; :attr:`url` waits until it accepts
+    connections (so that the classic session can start meanwhile)."""
+
+    def __init__(self, port: int, logs: Path) -> None:
+        self.port, self.logs = port, logs
+        self._ready = False
+
+    def log_tail(self) -> str:
+        text = "".join(p.read_text(errors="replace") for p in self.logs.glob("*.out"))
+        return "\n".join(text.splitlines()[-25:])
+
+    @property
+    def url(self) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._ready and not _accepts(self.port):
+            pids = list(self.logs.glob("*.pid"))
+            alive = pids and Path(f"/proc/{pids[0].read_text().strip()}").exists()
+            if not alive or time.monotonic() > deadline:
+                pytest.fail(f"the Spark Connect server did not accept connections on "
+                            f"127.0.0.1:{self.port} within {START_TIMEOUT_S:g} s "
+                            f"({'still starting' if alive else 'it exited'}); its log:\n"
+                            f"{self.log_tail()}")
+            time.sleep(0.25)
+        self._ready = True
+        return f"sc://127.0.0.1:{self.port}"
+
+
 @pytest.fixture(scope="session")
-def connect_url(tmp_path_factory):
+def connect_server(tmp_path_factory):
     """A Spark Connect server on 127.0.0.1 (a free port), started from PySpark's own
-    sbin script and always stopped (stop-connect-server.sh, same environment)."""
+    sbin script (it daemonizes: this returns while the server starts) and always
+    stopped (stop-connect-server.sh, same environment)."""
     port = _free_port()
     logs = tmp_path_factory.mktemp("connect-server")
     env = _env(SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs),
@@ -88,36 +117,41 @@ def connect_url(tmp_path_factory):
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",
              "--conf", "spark.sql.adaptive.enabled=false"]
-
-    def log_tail() -> str:
-        text = "".join(p.read_text(errors="replace") for p in logs.glob("*.out"))
-        return "\n".join(text.splitlines()[-25:])
-
     try:
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
         assert started.returncode == 0, (
             f"start-connect-server.sh failed ({started.returncode}): {started.stdout}"
             f"{started.stderr}")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _accepts(port):
-            pids = list(logs.glob("*.pid"))
-            alive = pids and Path(f"/proc/{pids[0].read_text().strip()}").exists()
-            if not alive or time.monotonic() > deadline:
-                pytest.fail(f"the Spark Connect server did not accept connections on "
-                            f"127.0.0.1:{port} within {START_TIMEOUT_S:g} s "
-                            f"({'still starting' if alive else 'it exited'}); its log:\n"
-                            f"{log_tail()}")
-            time.sleep(0.25)
-        yield f"sc://127.0.0.1:{port}"
+        yield ConnectServer(port, logs)
     finally:
         subprocess.run([str(SBIN / "stop-connect-server.sh")], env=env, capture_output=True,
                        timeout=60)
 
 
+@pytest.fixture
+def connect_url(connect_server):
+    return connect_server.url
+
+
 def strata(*args: object, check: bool = True) -> subprocess.CompletedProcess:
     """``strata ARGS`` in a subprocess (where a Connect session can be made)."""
-    done = subprocess.run([STRATA, *map(str, args)], env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    return finish(start_strata(*args), check)
+
+
+def start_strata(*args: object) -> tuple[tuple, subprocess.Popen]:
+    return args, subprocess.Popen([STRATA, *map(str, args)], env=_env(), text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(started: tuple[tuple, subprocess.Popen],
+           check: bool = True) -> subprocess.CompletedProcess:
+    args, proc = started
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check:
         assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done
@@ -149,11 +183,16 @@ def _answer(jsonl: str, cols: list[str]) -> list[tuple]:
                        for line in jsonl.splitlines() if line.strip()])
 
 
-def test_queries_run_over_spark_connect_like_on_classic_spark(spark, connect_url, tmp_path):
+def test_queries_run_over_spark_connect_like_on_classic_spark(connect_server, spark,
+                                                              tmp_path):
+    """Only ``strata run`` starts Spark: it runs in a subprocess over Connect, while the
+    same run on the classic session runs here; ``query``, ``ingest``, ``show`` and
+    ``status`` read and write the home's files only."""
+    url = connect_server.url
     increments = _write_increments(tmp_path)
     remote, classic = tmp_path / "remote", tmp_path / "classic"
     # the home is made and the query registered the same way for both
-    strata("run", PIPELINE, "--home", remote, "--remote", connect_url)
+    strata("run", PIPELINE, "--home", remote, "--remote", url)
     registered = json.loads(strata("query", BYGRP, "--home", remote, "--name", "bygrp",
                                    "--key", "D=id", "--json").stdout)
     assert registered["registered"] and list(registered["columns"]) == ["grp", "s", "c"]
@@ -163,23 +202,24 @@ def test_queries_run_over_spark_connect_like_on_classic_spark(spark, connect_url
     seen: dict[str, list[dict]] = {"R": [], "D": []}
     for files in increments:
         for flow, path in files.items():
-            strata("ingest", flow, path, "--home", remote)
-            strata_here("ingest", flow, path, "--home", classic)
+            for home in (remote, classic):
+                strata_here("ingest", flow, path, "--home", home)
             seen[flow] += [json.loads(line) for line in path.read_text().splitlines()]
-        ran = json.loads(strata("run", PIPELINE, "--home", remote, "--remote", connect_url,
-                                "--json").stdout)
+        over_connect = start_strata("run", PIPELINE, "--home", remote, "--remote", url,
+                                    "--json")
+        strata_here("run", PIPELINE, "--home", classic)  # meanwhile
+        ran = json.loads(finish(over_connect).stdout)
         assert sorted(r["stage"] for r in ran["reports"]) == ["bygrp", "totals"], ran
-        strata_here("run", PIPELINE, "--home", classic)
         for name, sql, cols in (("totals", TOTALS, ["x", "c", "s"]),
                                 ("bygrp", BYGRP, ["grp", "s", "c"])):
-            over_connect = _answer(strata("show", name, "--home", remote, "--format",
-                                          "jsonl").stdout, cols)
-            on_classic = _answer(strata_here("show", name, "--home", classic, "--format",
-                                             "jsonl"), cols)
-            assert over_connect == on_classic == duckdb_answer(sql, seen, TABLES), name
+            answers = [_answer(strata_here("show", name, "--home", home, "--format", "jsonl"),
+                               cols) for home in (remote, classic)]
+            assert answers[0] == answers[1] == duckdb_answer(sql, seen, TABLES), name
 
-    status = json.loads(strata("status", "--home", remote, "--json").stdout)
+    status = json.loads(strata_here("status", "--home", remote, "--json"))
     assert {s["stage"]: s["epochs"] for s in status["stages"]} == {"totals": 2, "bygrp": 2}
+    shown = strata("show", "bygrp", "--home", remote, "--format", "jsonl").stdout
+    assert _answer(shown, ["grp", "s", "c"]) == answers[0]  # a fresh process reads it too
 
 
 def test_translate_stages_are_refused_over_spark_connect(connect_url, tmp_path):
