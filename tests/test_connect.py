@@ -271,3 +271,13 @@ def test_spark_metrics_measure_nothing_over_spark_connect(connect_url):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"connect": True, "available": False, "jobs": 0, "rows": 1000,
                    "parallelism": 2}
+
+
+def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, tmp_path):
+    home = tmp_path / "home"
+    strata_here("run", PIPELINE, "--home", home)
+    done = strata("ingest", "R", "--home", home, "--remote", connect_url, "--json",
+                  "--sql", "SELECT id AS x, id * 10 AS y, 1 AS _mult FROM range(3)")
+    assert json.loads(done.stdout)["records"] == 3
+    shown = strata_here("show", "R", "--home", home, "--format", "jsonl")
+    assert _answer(shown, ["x", "y", "_mult"]) == [(0, 0, 1), (1, 10, 1), (2, 20, 1)]

@@ -239,6 +239,10 @@ def ingest(
     master: Annotated[str | None, typer.Option(
         help="Spark master URL for --from-table/--sql (default: $STRATA_MASTER, else "
              "local[*]).")] = None,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="sc://HOST:PORT",
+        help="Read --from-table/--sql over a Spark Connect server instead (default: "
+             "$STRATA_REMOTE unless --master is given).")] = None,
     fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
         "--format", help="File format (default: from each file's extension).")] = None,
     end_frame: Annotated[bool, typer.Option(
@@ -263,7 +267,7 @@ def ingest(
         if paths:
             n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
         else:
-            n = _ingest_from_spark(path, flow, from_table, sql, master, end_frame)
+            n = _ingest_from_spark(path, flow, from_table, sql, master, remote, end_frame)
         paths = paths or []
         catalog = _catalog(path)
         try:
@@ -289,11 +293,11 @@ def ingest(
 
 
 def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
-                       master: str | None, end_frame: bool) -> int:
+                       master: str | None, remote: str | None, end_frame: bool) -> int:
     from strata.controller.dataframes import ingest_dataframe
     from strata.physical.session import get_spark
 
-    spark = get_spark(master)
+    spark = get_spark(master, remote=remote)
     try:
         frame = spark.table(table) if table else spark.sql(sql or "")
     except Exception as e:
