@@ -102,6 +102,11 @@ def run(
     master: Annotated[str | None, typer.Option(
         help="Spark master URL (spark://…, yarn, k8s://…). Default: the active Spark "
              "session, else $STRATA_MASTER, else local[*].")] = None,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="sc://HOST:PORT",
+        help="Run over a Spark Connect server instead of a classic session (default: "
+             "$STRATA_REMOTE unless --master is given). Query stages run there; translate "
+             "stages need a classic session and are refused.")] = None,
     mode: Annotated[Literal["direct", "blackbox"], typer.Option(
         help="Execution mode: direct (state stays partitioned, per-epoch work follows the "
              "increment) or blackbox (re-shuffles the whole state every epoch).")] = "direct",
@@ -158,8 +163,10 @@ def run(
         console = output.err() if json_out else output.out()
         show_progress = not json_out or sys.stderr.isatty()
         t0 = time.perf_counter()
-        with Controller(path, dataflow, master=master, mode=mode, num_partitions=partitions,
-                        py_files=py_files or ()) as controller:
+        if master and remote:
+            raise StrataError("give either --master or --remote (Spark Connect), not both")
+        with Controller(path, dataflow, master=master, remote=remote, mode=mode,
+                        num_partitions=partitions, py_files=py_files or ()) as controller:
             width = max((len(n) for n in controller.units), default=1)
             status = console.status("checking for input…", spinner="dots")
 
@@ -283,6 +290,10 @@ def ingest(
     master: Annotated[str | None, typer.Option(
         help="Spark master URL for --from-table/--sql (default: $STRATA_MASTER, else "
              "local[*]).")] = None,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="sc://HOST:PORT",
+        help="Read --from-table/--sql over a Spark Connect server instead (default: "
+             "$STRATA_REMOTE unless --master is given).")] = None,
     fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
         "--format", help="File format (default: from each file's extension).")] = None,
     end_frame: Annotated[bool, typer.Option(
@@ -307,7 +318,7 @@ def ingest(
         if paths:
             n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
         else:
-            n = _ingest_from_spark(path, flow, from_table, sql, master, end_frame)
+            n = _ingest_from_spark(path, flow, from_table, sql, master, remote, end_frame)
         paths = paths or []
         catalog = _catalog(path)
         try:
@@ -333,11 +344,11 @@ def ingest(
 
 
 def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
-                       master: str | None, end_frame: bool) -> int:
+                       master: str | None, remote: str | None, end_frame: bool) -> int:
     from strata.controller.dataframes import ingest_dataframe
     from strata.physical.session import get_spark
 
-    spark = get_spark(master)
+    spark = get_spark(master, remote=remote)
     try:
         frame = spark.table(table) if table else spark.sql(sql or "")
     except Exception as e:

@@ -36,7 +36,8 @@ from strata.model.runnability import runnable_all
 from strata.model.schema import to_ddl
 from strata.physical.fusion import PhysicalStage, plan
 from strata.physical.program import collect_garbage, read_answer, read_state
-from strata.physical.runner import SparkStageRunner
+from strata.physical.runner import SparkStageRunner, refuse_over_connect
+from strata.physical.session import is_connect
 from strata.physical.shipping import ship_files
 from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
@@ -73,6 +74,11 @@ class Controller:
     The code of the dataflow's functions, and what they import from beside them, is
     shipped to Spark's workers (physical/shipping.py); ``py_files`` adds more
     (``.py``/``.zip``/``.egg`` files or directories), like ``spark-submit --py-files``.
+
+    ``remote`` (``sc://host:port``; default ``$STRATA_REMOTE`` unless ``master`` or
+    ``spark`` is given) runs the epochs over Spark Connect: query stages run there; a
+    dataflow with translate stages is refused here, before anything runs, because they
+    need a classic session (RDDs).
     """
 
     def __init__(
@@ -82,11 +88,16 @@ class Controller:
         *,
         spark: Any = None,
         master: str | None = None,
+        remote: str | None = None,
         mode: str = "direct",
         num_partitions: int | None = None,
         fuse: bool = True,
         py_files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
+        if master is None and spark is None and remote is None:
+            remote = os.environ.get("STRATA_REMOTE") or None
+        if spark is not None and is_connect(spark) or spark is None and remote is not None:
+            refuse_over_connect(dataflow.stages.values())  # before the home is touched
         dataflow.validate()  # before anything is written: a bad dataflow leaves no home
         self.layout = Home(home)
         self.home = self.layout.root
@@ -96,7 +107,7 @@ class Controller:
         self.dataflow = dataflow.validate()
         units = plan(dataflow) if fuse else [PhysicalStage(s) for s in dataflow.stages.values()]
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
-        self._spark, self._master = spark, master
+        self._spark, self._master, self._remote = spark, master, remote
         self.py_files = list(py_files)
         self.mode, self.num_partitions = mode, num_partitions
         self._runner: SparkStageRunner | None = None
@@ -125,7 +136,9 @@ class Controller:
         if self._runner is None:
             from strata.physical.session import get_spark
 
-            spark = self._spark or get_spark(self._master)
+            spark = self._spark or get_spark(self._master, remote=self._remote)
+            if is_connect(spark):  # e.g. an active Connect session this process made
+                refuse_over_connect(self.dataflow.stages.values())
             ship_files(spark, self.py_files)
             self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions)
         return self._runner

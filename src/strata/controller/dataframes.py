@@ -72,7 +72,7 @@ def ingest_dataframe(home: Home, flow: str, df: DataFrame, *, end_frame: bool = 
     try:
         ddl = checked_external_flow(home, catalog, flow)
         staged = home.incoming_dir(flow, staging_token())
-        fitted(df, to_arrow_schema(ddl), flow).write.mode("errorifexists").parquet(staged)
+        fitted(df, to_arrow_schema(ddl), flow).write.mode("error").parquet(staged)
         files = sorted(fs.join(staged, n) for n in fs.list_dir(staged)
                        if n.startswith("part-") and n.endswith(".parquet"))
         records = sum(pq.ParquetFile(f).metadata.num_rows for f in files)

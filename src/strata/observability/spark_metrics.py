@@ -10,6 +10,12 @@ The REST data is fed asynchronously by the listener bus, so right after an actio
 job or stages may not yet show as finished. :meth:`SparkMetrics.for_group` therefore first asks
 the listener bus to drain (best effort, through py4j) and then polls until every job of the
 group has finished and all of its stages are final, within a bounded wait.
+
+Over Spark Connect the client has no SparkContext, job groups, UI URL or listener bus:
+:class:`SparkMetrics` of a Connect session is *unavailable* (``available`` is False) and
+measures nothing, without an error: :meth:`SparkMetrics.measure` leaves its metrics at
+zero and :meth:`SparkMetrics.for_group` returns zeros. (The Connect server's own UI
+still shows the jobs, tagged ``strata:STAGE:epoch-N``.)
 """
 
 from __future__ import annotations
@@ -88,11 +94,19 @@ class SparkMetrics:
     def __init__(
         self, spark: Any, *, timeout_s: float = 10.0, poll_interval_s: float = 0.05
     ) -> None:
-        """``spark`` is a SparkSession (or a SparkContext); the UI must be enabled.
+        """``spark`` is a SparkSession (or a SparkContext); the UI must be enabled. A
+        Spark Connect session gives an unavailable instance (``available`` False) that
+        measures nothing.
 
         ``timeout_s`` bounds how long :meth:`for_group` waits for the listener bus to report
         the group's jobs as finished; ``poll_interval_s`` is the sleep between polls.
         """
+        self.timeout_s = timeout_s
+        self.poll_interval_s = poll_interval_s
+        self.available = not type(spark).__module__.startswith("pyspark.sql.connect")
+        if not self.available:  # Spark Connect: nothing to read metrics from here
+            self._sc, self._base = None, ""
+            return
         self._sc = getattr(spark, "sparkContext", spark)
         ui = self._sc.uiWebUrl
         if not ui:
@@ -102,8 +116,6 @@ class SparkMetrics:
             )
         app_id = urllib.parse.quote(self._sc.applicationId, safe="")
         self._base = f"{ui.rstrip('/')}/api/v1/applications/{app_id}"
-        self.timeout_s = timeout_s
-        self.poll_interval_s = poll_interval_s
 
     @contextmanager
     def measure(self, label: str = "strata") -> Iterator[JobMetrics]:
@@ -115,6 +127,9 @@ class SparkMetrics:
         jobs do). If the block raises, the metrics stay empty. Nesting is not supported.
         """
         sc = self._sc
+        if sc is None:  # Spark Connect: the block runs, its metrics stay empty
+            yield JobMetrics()
+            return
         saved = {k: sc.getLocalProperty(k) for k in (_GROUP_KEY, _DESCRIPTION_KEY, _INTERRUPT_KEY)}
         group_id = f"{label}-{uuid.uuid4().hex}"
         result = JobMetrics()
@@ -132,6 +147,8 @@ class SparkMetrics:
         Raises TimeoutError if a job or stage of the group is still unfinished (or its stage
         data is missing) after ``timeout_s``.
         """
+        if not self.available:
+            return JobMetrics()
         deadline = time.monotonic() + self.timeout_s
         self._drain_listener_bus(self.timeout_s)
         stage_cache: dict[int, list[dict[str, Any]]] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -29,7 +29,7 @@ from strata.physical.program import (
     commit,
     read_state,
 )
-from strata.physical.session import get_spark
+from strata.physical.session import default_parallelism, get_spark, is_connect
 from strata.physical.translate import MODES, TranslateProgram
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -57,6 +57,26 @@ def program_of(stage: Stage) -> StageProgram:
     return stage.program
 
 
+def translate_stages(stages: Iterable[Stage]) -> list[str]:
+    """The names of those of ``stages`` that are translate stages (run on RDDs)."""
+    return [s.name for s in stages if isinstance(program_of(s), TranslateProgram)]
+
+
+def refuse_over_connect(stages: Iterable[Stage]) -> None:
+    """Raise a :class:`StrataError` if any of ``stages`` is a translate stage: they run
+    on RDDs (``sparkContext.parallelize``, ``mapPartitions``), which a Spark Connect
+    session does not have. Queries (compiled DataFrame plans) run over Connect."""
+    names = translate_stages(stages)
+    if names:
+        listed = ", ".join(repr(n) for n in names)
+        raise StrataError(
+            f"translate stage{'s' if len(names) > 1 else ''} {listed} cannot run over Spark "
+            "Connect (--remote / $STRATA_REMOTE): translate stages run on RDDs, which a "
+            "Connect session does not have, and need a classic session (--master local[*], "
+            "spark://…, yarn, k8s://…) until they take the DataFrame/Arrow route. Queries "
+            "(strata query, compiled query stages) work over Spark Connect.")
+
+
 class SparkStageRunner:
     """Runs stage epochs of one strata home on Spark.
 
@@ -76,7 +96,7 @@ class SparkStageRunner:
         self.home = home if isinstance(home, Home) else Home(home)
         self.spark = spark or get_spark()
         self.mode = mode
-        self.num_partitions = num_partitions or max(2, self.spark.sparkContext.defaultParallelism)
+        self.num_partitions = num_partitions or max(2, default_parallelism(self.spark))
 
     def state_dir(self, stage: Stage | str) -> StateDir:
         return StateDir(self.home.stage(stage if isinstance(stage, str) else stage.name))
@@ -143,8 +163,15 @@ class SparkStageRunner:
             num_partitions=cur.num_partitions or self.num_partitions, mode=self.mode,
             token=uuid.uuid4().hex[:10], fusion=fusion,
         )
-        sc = self.spark.sparkContext
-        sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({program.kind})")
+        connect = is_connect(self.spark)
+        if connect:
+            refuse_over_connect([stage] if isinstance(program, TranslateProgram) else [])
+            # no SparkContext for a job description: the epoch's jobs carry a tag instead
+            tag = re.sub(r"[^A-Za-z0-9_.:-]", "_", f"strata:{stage.name}:epoch-{epoch}")
+            self.spark.addTag(tag)
+        else:
+            sc = self.spark.sparkContext
+            sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({program.kind})")
         crash_later("during-job", 0.5)
         try:
             outcome = program.run(ctx)
@@ -156,7 +183,10 @@ class SparkStageRunner:
             raise EpochError("Spark could not run the epoch", stage=stage.name, epoch=epoch,
                              cause=spark_failure(e)) from e
         finally:
-            sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
+            if connect:
+                self.spark.removeTag(tag)
+            else:
+                sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
         snap = commit(ctx, program, outcome)
         return EpochResult(stage.name, epoch, snap.outputs, snap, snap.metrics)
 

@@ -10,30 +10,57 @@ from importlib.resources import files
 
 from pyspark.sql import SparkSession
 
+from strata.model.errors import StrataError
+
 DEFAULT_MASTER = "local[*]"
 
 
-def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) -> SparkSession:
-    """Return the active Spark session, creating one for ``master`` if there is none.
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no RDDs, no JVM
+    in this process: only DataFrames, sent to the server as plans)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def get_spark(master: str | None = None, app_name: str = "strata", *,
+              remote: str | None = None, **conf: str) -> SparkSession:
+    """Return the active Spark session, creating one for ``master`` (or ``remote``) if
+    there is none.
 
     The default is embedded Spark (``local[*]``); pass a master URL (``spark://…``,
-    ``yarn``, ``k8s://…``) to run the same dataflow on a cluster. Adaptive query
-    execution is switched off because strata relies on a shuffle's output partition
-    ``i`` being read by task ``i`` (the state of partition ``i`` lives beside it).
-    PySpark's DataFrame debugging context is off: it costs several JVM round trips for
-    every column function a query plan is built from, and strata names the failing stage
-    and epoch in its own errors.
+    ``yarn``, ``k8s://…``) to run the same dataflow on a cluster, or a Spark Connect URL
+    ``remote`` (``sc://host:15002``; default ``$STRATA_REMOTE`` unless ``master`` is
+    given) to send DataFrame plans to a Connect server: queries run there, translate
+    stages (RDDs) do not. Adaptive query execution is switched off because strata relies
+    on a shuffle's output partition ``i`` being read by task ``i`` (the state of
+    partition ``i`` lives beside it). PySpark's DataFrame debugging context is off: it
+    costs several JVM round trips for every column function a query plan is built from,
+    and strata names the failing stage and epoch in its own errors.
     """
+    if master and remote:
+        raise StrataError("give either a Spark master (--master) or a Spark Connect URL "
+                          "(--remote), not both")
+    explicit = remote is not None
+    if master is None and remote is None:
+        remote = os.environ.get("STRATA_REMOTE") or None
+    if remote is not None and not remote.startswith("sc://"):
+        raise StrataError(f"Spark Connect URL {remote!r}: write sc://HOST:PORT "
+                          "(e.g. sc://127.0.0.1:15002)")
     active = SparkSession.getActiveSession()
     if active is not None:
+        if explicit and not is_connect(active):
+            raise StrataError(f"this process already runs a classic Spark session; it "
+                              f"cannot also connect to {remote} (run strata in its own "
+                              "process for Spark Connect)")
         return active
-    # Python workers must run the interpreter that holds strata and its pinned deps.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # PySpark 4.3 warns about pandas 3 on import; strata's paths do not use the affected parts.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    log4j = files("strata") / "data" / "log4j2.properties"
     # PySpark logs every failed DataFrame analysis as a JSON dump; strata reports it itself.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
+    if remote is not None:
+        return _connect(remote, app_name, conf)
+    # Python workers must run the interpreter that holds strata and its pinned deps.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log4j = files("strata") / "data" / "log4j2.properties"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master or os.environ.get("STRATA_MASTER", DEFAULT_MASTER))
@@ -52,3 +79,58 @@ def get_spark(master: str | None = None, app_name: str = "strata", **conf: str) 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
+    """A Spark Connect session to ``remote``. Only session (SQL) confs reach the server;
+    the server's own confs (memory, master, UI) are set where it is started."""
+    try:
+        import pyspark.sql.connect.session  # noqa: F401  (needs grpcio and friends)
+    except ImportError as e:
+        raise StrataError(f"Spark Connect needs PySpark's connect client ({e}); install "
+                          "strata's dependencies (grpcio, grpcio-status, "
+                          "googleapis-common-protos, zstandard)") from None
+    builder = (
+        SparkSession.builder.remote(remote)
+        .appName(app_name)
+        .config("spark.sql.adaptive.enabled", "false")
+    )
+    for k, v in conf.items():
+        builder = builder.config(k.replace("_", "."), v)
+    try:
+        spark = builder.getOrCreate()
+        spark.conf.get("spark.sql.adaptive.enabled")  # the first call reaches the server
+    except Exception as e:
+        if not type(e).__module__.startswith(("pyspark", "grpc")):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StrataError(f"cannot reach the Spark Connect server at {remote}: {first[:300]}"
+                          "\n  start one with $SPARK_HOME/sbin/start-connect-server.sh, or "
+                          "run classic Spark with --master") from None
+    return spark
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (the cores of a local master or the cluster's
+    executors). Over Spark Connect there is no SparkContext to ask: the session's
+    ``spark.default.parallelism`` if set, else how many partitions a range is split into
+    by default (which is that parallelism), counted by one small job (cached per
+    session)."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    known = _PARALLELISM.get(id(spark))
+    if known is None:
+        conf = spark.conf.get("spark.default.parallelism", None)
+        if conf:
+            known = int(conf)
+        else:
+            from pyspark.sql import functions as F
+
+            row = (spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
+                   .agg(F.max("p").alias("p")).first())
+            known = 1 + (row["p"] if row is not None and row["p"] is not None else 0)
+        _PARALLELISM[id(spark)] = known
+    return known
+
+
+_PARALLELISM: dict[int, int] = {}  # id(Connect session) -> its default parallelism

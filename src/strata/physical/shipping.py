@@ -28,12 +28,13 @@ from typing import Any
 from pyspark import cloudpickle
 
 from strata.model.errors import StrataError
+from strata.physical.session import is_connect
 
 _SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages", "node_modules"}
 _MAX_BYTES = 64 * 1024 * 1024
 _IMPORTABLE = {"strata", "builtins", "operator", "functools", "__main__"}
 _BY_VALUE: set[str] = set()
-_SHIPPED: dict[int, set[str]] = {}  # id(SparkContext) -> zips added to it
+_SHIPPED: dict[int, set[str]] = {}  # id(SparkContext or Connect session) -> zips added
 
 
 def user_modules(functions: Iterable[Any]) -> list[ModuleType]:
@@ -167,11 +168,17 @@ def _keep(folder: Path) -> bool:
 
 
 def _add(spark: Any, path: str) -> bool:
-    sc = spark.sparkContext
-    shipped = _SHIPPED.setdefault(id(sc), set())
+    """Add ``path`` to the workers' Python path: ``addPyFile``, or over Spark Connect
+    (no SparkContext) the session's ``addArtifacts(pyfile=True)``."""
+    connect = is_connect(spark)
+    owner = spark if connect else spark.sparkContext
+    shipped = _SHIPPED.setdefault(id(owner), set())
     if path in shipped:
         return False
-    sc.addPyFile(path)
+    if connect:
+        spark.addArtifacts(path, pyfile=True)
+    else:
+        owner.addPyFile(path)
     shipped.add(path)
     return True
 

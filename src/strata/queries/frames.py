@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
+from strata.physical.session import is_connect
 from strata.storage import fs
 
 DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritten table up
@@ -50,10 +51,30 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
 
 def local_rows(df: DataFrame) -> int | None:
     """How many rows ``df`` has if Spark's optimizer makes it a local relation (rows held
-    by the driver, e.g. from :func:`cut`, filtered or projected); else None."""
+    by the driver, e.g. from :func:`cut`, filtered or projected); else None.
+
+    Over Spark Connect the optimized plan is the server's: the client's own plan is
+    read instead, which knows the rows of a local relation it sent (and that a
+    projection or filter of no rows has none); anything else is None (not known),
+    which costs the optimizations that use it, not correctness."""
+    if is_connect(df.sparkSession):
+        return _connect_local_rows(df)
     plan = df._jdf.queryExecution().optimizedPlan()
     if plan.getClass().getSimpleName() == "LocalRelation":
         return plan.data().size()
+    return None
+
+
+def _connect_local_rows(df: DataFrame) -> int | None:
+    from pyspark.sql.connect import plan as cp
+
+    node = getattr(df, "_plan", None)
+    passed = False  # went through a projection or filter
+    while isinstance(node, cp.Project | cp.Filter | cp.WithColumns | cp.SubqueryAlias):
+        node, passed = node._child, True
+    if isinstance(node, cp.LocalRelation) and getattr(node, "_table", None) is not None:
+        rows = node._table.num_rows
+        return rows if rows == 0 or not passed else None
     return None
 
 

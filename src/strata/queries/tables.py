@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from strata.model.errors import StrataError
+from strata.physical.session import default_parallelism, is_connect
 from strata.queries import frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
@@ -40,11 +40,13 @@ COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many
 def _registered(spark: SparkSession) -> set[str]:
     """The strata tables this Spark application's catalog already has (registering one is
     a catalog round trip per epoch otherwise; a catalog is shared by the sessions of one
-    application, that is of one SparkContext)."""
-    return _REGISTERED.setdefault(spark.sparkContext, set())
+    application, that is of one SparkContext). A Spark Connect session has no
+    SparkContext here: its tables are remembered per session."""
+    owner: object = spark if is_connect(spark) else spark.sparkContext
+    return _REGISTERED.setdefault(owner, set())
 
 
-_REGISTERED: weakref.WeakKeyDictionary[SparkContext, set[str]] = weakref.WeakKeyDictionary()
+_REGISTERED: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -176,7 +178,7 @@ class QueryTables:
         to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
         needs no catalog table per write. The rows stay in the partitions they were
         computed in (no shuffle), in at most one task per core."""
-        tasks = max(1, min(self.n, self.spark.sparkContext.defaultParallelism))
+        tasks = max(1, min(self.n, default_parallelism(self.spark)))
         write_parquet(df.withColumn(BUCKET, self._bucket(lineage)).coalesce(tasks), path,
                       [BUCKET])
         files = []

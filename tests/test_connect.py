@@ -1,0 +1,283 @@
+"""strata over Spark Connect: queries run end to end against a Connect server this test
+session starts (PySpark's own sbin/start-connect-server.sh), and agree with the same
+runs on classic Spark and with DuckDB; translate stages are refused up front.
+
+The test process already holds a classic Spark session (the ``spark`` fixture), and a
+process cannot hold a classic and a Connect session at once: strata runs against the
+server in subprocesses (``strata … --remote sc://127.0.0.1:PORT``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+from typer.testing import CliRunner
+
+from strata.apps.urlcount import urlcount_dataflow
+from strata.cli import app
+from strata.controller.controller import Controller
+from strata.model.errors import StrataError
+from strata.physical.session import get_spark
+from tests.queries.oracle import duckdb_answer, normalized
+
+pytestmark = pytest.mark.connect
+
+ROOT = Path(__file__).parents[1]
+PIPELINE = ROOT / "tests" / "pipelines" / "query_pipeline.py"  # queries only
+TRANSLATE_PIPELINE = ROOT / "tests" / "pipelines" / "urlcount_pipeline.py"
+STRATA = str(Path(sys.executable).with_name("strata"))
+SBIN = Path(pyspark.__file__).parent / "sbin"
+START_TIMEOUT_S = 90.0
+
+TOTALS = "SELECT x, count(*) AS c, sum(y) AS s FROM R GROUP BY x"  # in the pipeline file
+BYGRP = "SELECT D.grp, sum(R.y) AS s, count(*) AS c FROM R JOIN D ON R.x = D.id GROUP BY D.grp"
+TABLES = {"R": ["x", "y"], "D": ["id", "name", "grp"]}
+# two increments of each input flow; the second deletes and changes rows
+INCREMENTS = [
+    {"R": [{"x": 1, "y": 10, "_mult": 1}, {"x": 1, "y": 5, "_mult": 1},
+           {"x": 2, "y": 7, "_mult": 1}, {"x": 3, "y": 1, "_mult": 1}],
+     "D": [{"id": 1, "name": "one", "grp": "a", "_mult": 1},
+           {"id": 2, "name": "two", "grp": "b", "_mult": 1},
+           {"id": 3, "name": "three", "grp": "a", "_mult": 1},
+           {"id": 4, "name": "four", "grp": "b", "_mult": 1}]},
+    {"R": [{"x": 1, "y": 5, "_mult": -1}, {"x": 2, "y": 8, "_mult": 1},
+           {"x": 4, "y": 2, "_mult": 1}, {"x": 5, "y": 9, "_mult": 1}],
+     "D": [{"id": 4, "name": "four", "grp": "b", "_mult": -1},
+           {"id": 4, "name": "four", "grp": "c", "_mult": 1}]},
+]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This environment without anything that picks a Spark (strata's, PySpark's)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("STRATA_REMOTE", "STRATA_MASTER", "SPARK_REMOTE", "SPARK_HOME",
+                        "SPARK_CONNECT_MODE_ENABLED", "MASTER")}
+    return {**env, **extra}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class ConnectServer:
+    """A Spark Connect server being started; :attr:`url` waits until it accepts
+    connections (so that the classic session can start meanwhile)."""
+
+    def __init__(self, port: int, logs: Path) -> None:
+        self.port, self.logs = port, logs
+        self._ready = False
+
+    def log_tail(self) -> str:
+        text = "".join(p.read_text(errors="replace") for p in self.logs.glob("*.out"))
+        return "\n".join(text.splitlines()[-25:])
+
+    @property
+    def url(self) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._ready and not _accepts(self.port):
+            pids = list(self.logs.glob("*.pid"))
+            alive = pids and Path(f"/proc/{pids[0].read_text().strip()}").exists()
+            if not alive or time.monotonic() > deadline:
+                pytest.fail(f"the Spark Connect server did not accept connections on "
+                            f"127.0.0.1:{self.port} within {START_TIMEOUT_S:g} s "
+                            f"({'still starting' if alive else 'it exited'}); its log:\n"
+                            f"{self.log_tail()}")
+            time.sleep(0.25)
+        self._ready = True
+        return f"sc://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server on 127.0.0.1 (a free port), started from PySpark's own
+    sbin script (it daemonizes: this returns while the server starts) and always
+    stopped (stop-connect-server.sh, same environment)."""
+    port = _free_port()
+    logs = tmp_path_factory.mktemp("connect-server")
+    env = _env(SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    start = [str(SBIN / "start-connect-server.sh"), "--master", "local[2]",
+             "--driver-memory", "1g",
+             "--conf", f"spark.connect.grpc.binding.port={port}",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", "spark.ui.enabled=false",
+             "--conf", "spark.sql.adaptive.enabled=false"]
+    try:
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
+        assert started.returncode == 0, (
+            f"start-connect-server.sh failed ({started.returncode}): {started.stdout}"
+            f"{started.stderr}")
+        yield ConnectServer(port, logs)
+    finally:
+        subprocess.run([str(SBIN / "stop-connect-server.sh")], env=env, capture_output=True,
+                       timeout=60)
+
+
+@pytest.fixture
+def connect_url(connect_server):
+    return connect_server.url
+
+
+def strata(*args: object, check: bool = True) -> subprocess.CompletedProcess:
+    """``strata ARGS`` in a subprocess (where a Connect session can be made)."""
+    return finish(start_strata(*args), check)
+
+
+def start_strata(*args: object) -> tuple[tuple, subprocess.Popen]:
+    return args, subprocess.Popen([STRATA, *map(str, args)], env=_env(), text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(started: tuple[tuple, subprocess.Popen],
+           check: bool = True) -> subprocess.CompletedProcess:
+    args, proc = started
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if check:
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+runner = CliRunner()
+
+
+def strata_here(*args: object) -> str:
+    """``strata ARGS`` in this process: on its classic session (the ``spark`` fixture)."""
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, (args, result.output, result.exception)
+    return result.stdout
+
+
+def _write_increments(folder: Path) -> list[dict[str, Path]]:
+    files = []
+    for i, inc in enumerate(INCREMENTS, 1):
+        files.append({})
+        for flow, rows in inc.items():
+            path = folder / f"{flow}-{i}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            files[-1][flow] = path
+    return files
+
+
+def _answer(jsonl: str, cols: list[str]) -> list[tuple]:
+    return normalized([tuple(json.loads(line)[c] for c in cols)
+                       for line in jsonl.splitlines() if line.strip()])
+
+
+def test_queries_run_over_spark_connect_like_on_classic_spark(connect_server, spark,
+                                                              tmp_path):
+    """Only ``strata run`` starts Spark: it runs in a subprocess over Connect, while the
+    same run on the classic session runs here; ``query``, ``ingest``, ``show`` and
+    ``status`` read and write the home's files only."""
+    url = connect_server.url
+    increments = _write_increments(tmp_path)
+    remote, classic = tmp_path / "remote", tmp_path / "classic"
+    # the home is made and the query registered the same way for both
+    strata("run", PIPELINE, "--home", remote, "--remote", url)
+    registered = json.loads(strata("query", BYGRP, "--home", remote, "--name", "bygrp",
+                                   "--key", "D=id", "--json").stdout)
+    assert registered["registered"] and list(registered["columns"]) == ["grp", "s", "c"]
+    strata_here("run", PIPELINE, "--home", classic)
+    strata_here("query", BYGRP, "--home", classic, "--name", "bygrp", "--key", "D=id")
+
+    seen: dict[str, list[dict]] = {"R": [], "D": []}
+    for files in increments:
+        for flow, path in files.items():
+            for home in (remote, classic):
+                strata_here("ingest", flow, path, "--home", home)
+            seen[flow] += [json.loads(line) for line in path.read_text().splitlines()]
+        over_connect = start_strata("run", PIPELINE, "--home", remote, "--remote", url,
+                                    "--json")
+        strata_here("run", PIPELINE, "--home", classic)  # meanwhile
+        ran = json.loads(finish(over_connect).stdout)
+        assert sorted(r["stage"] for r in ran["reports"]) == ["bygrp", "totals"], ran
+        for name, sql, cols in (("totals", TOTALS, ["x", "c", "s"]),
+                                ("bygrp", BYGRP, ["grp", "s", "c"])):
+            answers = [_answer(strata_here("show", name, "--home", home, "--format", "jsonl"),
+                               cols) for home in (remote, classic)]
+            assert answers[0] == answers[1] == duckdb_answer(sql, seen, TABLES), name
+
+    status = json.loads(strata_here("status", "--home", remote, "--json"))
+    assert {s["stage"]: s["epochs"] for s in status["stages"]} == {"totals": 2, "bygrp": 2}
+    shown = strata("show", "bygrp", "--home", remote, "--format", "jsonl").stdout
+    assert _answer(shown, ["grp", "s", "c"]) == answers[0]  # a fresh process reads it too
+
+
+def test_translate_stages_are_refused_over_spark_connect(connect_url, tmp_path):
+    home = tmp_path / "home"
+    for how in (["--remote", connect_url], []):  # the option, then $STRATA_REMOTE
+        env = _env(STRATA_REMOTE=connect_url) if not how else _env()
+        done = subprocess.run([STRATA, "run", str(TRANSLATE_PIPELINE), "--home", str(home),
+                               *how], env=env, capture_output=True, text=True, timeout=120)
+        message = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 1, message
+        assert "translate stage 'count' cannot run over Spark Connect" in message
+        assert "need a classic session (--master" in message
+        assert "until they take the DataFrame/Arrow route" in message
+        assert "Queries (strata query, compiled query stages) work over Spark Connect" in message
+        assert "Traceback" not in message
+        assert not home.exists()  # refused before anything was made or run
+    both = strata("run", TRANSLATE_PIPELINE, "--home", home, "--master", "local[1]",
+                  "--remote", connect_url, check=False)
+    assert both.returncode == 1 and "either --master or --remote" in both.stderr + both.stdout
+
+
+def test_the_api_refuses_translate_stages_and_a_second_kind_of_session(spark, tmp_path):
+    with pytest.raises(StrataError, match="cannot run over Spark Connect"):
+        Controller(tmp_path / "home", urlcount_dataflow(), remote="sc://127.0.0.1:1")
+    assert not (tmp_path / "home").exists()
+    with pytest.raises(StrataError, match="already runs a classic Spark session"):
+        get_spark(remote="sc://127.0.0.1:1")
+    with pytest.raises(StrataError, match="write sc://HOST:PORT"):
+        get_spark(remote="127.0.0.1:15002")
+
+
+METRICS_SCRIPT = """
+import json, sys
+from strata.observability.spark_metrics import SparkMetrics
+from strata.physical.session import default_parallelism, get_spark, is_connect
+spark = get_spark(remote=sys.argv[1])
+metrics = SparkMetrics(spark)
+with metrics.measure("connect") as m:
+    rows = spark.range(1000).count()
+print(json.dumps({"connect": is_connect(spark), "available": metrics.available,
+                  "jobs": m.jobs, "rows": rows, "parallelism": default_parallelism(spark)}))
+"""
+
+
+def test_spark_metrics_measure_nothing_over_spark_connect(connect_url):
+    done = subprocess.run([sys.executable, "-c", METRICS_SCRIPT, connect_url], env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"connect": True, "available": False, "jobs": 0, "rows": 1000,
+                   "parallelism": 2}
+
+
+def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, tmp_path):
+    home = tmp_path / "home"
+    strata_here("run", PIPELINE, "--home", home)
+    done = strata("ingest", "R", "--home", home, "--remote", connect_url, "--json",
+                  "--sql", "SELECT id AS x, id * 10 AS y, 1 AS _mult FROM range(3)")
+    assert json.loads(done.stdout)["records"] == 3
+    shown = strata_here("show", "R", "--home", home, "--format", "jsonl")
+    assert _answer(shown, ["x", "y", "_mult"]) == [(0, 0, 1), (1, 10, 1), (2, 20, 1)]
