@@ -1,0 +1,177 @@
+"""strata on a Spark standalone cluster (scripts/local_cluster.sh) gives local mode's answers.
+
+Every cluster run is a ``strata`` subprocess (``--master spark://…``); the local-mode
+reference runs use the test session's in-process local Spark (the ``spark`` fixture).
+The homes are in tmp_path on the local disk, which the workers share because they run
+on this machine (on a real cluster the home must be on a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import strata
+from strata.physical.program import read_state
+from strata.storage.home import Home
+from tests.cluster.conftest import (
+    driver_env,
+    epochs_of,
+    events,
+    local,
+    records,
+    sh,
+    submit_args,
+)
+
+pytestmark = pytest.mark.cluster
+
+HERE = Path(__file__).resolve().parent
+URLCOUNT = HERE.parent / "pipelines" / "urlcount_pipeline.py"
+SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
+QUERY = "SELECT url, COUNT(*) AS n FROM urls GROUP BY url"
+
+
+def _demo_outputs(home: Path) -> tuple[list, dict[int, list]]:
+    state = sorted(read_state(Home(str(home)).stage("count")), key=lambda r: r["url"])
+    flows = {}
+    for d in sorted((home / "flows" / "counts").iterdir()):
+        epoch = int(d.name.split("-")[1].lstrip("e"))
+        flows[epoch] = sorted(pq.read_table(d).to_pylist(), key=lambda r: r["url"])
+    return state, flows
+
+
+def test_demo_on_the_cluster_equals_local(cluster, spark, tmp_path):
+    from strata import demo
+
+    home = tmp_path / "cluster"
+    done = subprocess.run([sys.executable, "-m", "strata.demo", "--master", cluster.master,
+                           "--home", str(home)], env=driver_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "counts match a full recomputation" in done.stdout
+    assert demo.main(["--home", str(tmp_path / "local")]) == 0
+    state, flows = _demo_outputs(home)
+    assert len(state) == 1987 and sorted(flows) == [1, 2, 3, 4]
+    assert (state, flows) == _demo_outputs(tmp_path / "local")
+
+
+# -- the URL-count pipeline with a registered query, 3 increments in 2 runs -------------
+def _tiny(tmp: Path) -> Path:
+    lines = (SAMPLE / "day-3.jsonl").read_text().splitlines()[:20]
+    (tmp / "tiny.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp / "tiny.jsonl"
+
+
+def shuffle_per_epoch(dir_: Path) -> dict[str, dict[str, int]]:
+    """From a Spark event log: shuffle bytes written/read per job description
+    (``strata STAGE epoch N (kind)``), summed over the tasks of the jobs' stages."""
+    stage_desc: dict[int, str] = {}
+    per_stage: dict[int, Counter] = defaultdict(Counter)
+    for e in events(dir_):
+        if e["Event"] == "SparkListenerJobStart":
+            desc = (e.get("Properties") or {}).get("spark.job.description") or "other"
+            for s in e["Stage IDs"]:
+                stage_desc.setdefault(s, desc)
+        elif e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            m = e["Task Metrics"]
+            w, r = m.get("Shuffle Write Metrics", {}), m.get("Shuffle Read Metrics", {})
+            per_stage[e["Stage ID"]]["write"] += w.get("Shuffle Bytes Written", 0)
+            per_stage[e["Stage ID"]]["read"] += (r.get("Remote Bytes Read", 0)
+                                                 + r.get("Local Bytes Read", 0))
+    out: dict[str, Counter] = defaultdict(Counter)
+    for s, c in per_stage.items():
+        out[" ".join(stage_desc.get(s, "other").split()[:4])].update(c)
+    return {k: dict(v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def urlcount_homes(cluster, spark, tmp_path_factory):
+    """The same increments through the URL-count pipeline and the query ``per_url``:
+    run 1 reads day-1 and day-2 (two epochs), run 2 a tiny increment (20 records)."""
+    tmp = tmp_path_factory.mktemp("urlcount")
+    increments = [[SAMPLE / "day-1.jsonl", SAMPLE / "day-2.jsonl"], [_tiny(tmp)]]
+    homes = {"cluster": tmp / "cluster", "local": tmp / "local"}
+    runs: list[dict] = []
+    for where, home in homes.items():
+        strata = sh if where == "cluster" else local
+        strata("run", URLCOUNT, "--home", home)  # creates the home; nothing to run yet
+        strata("query", QUERY, "--home", home, "--name", "per_url")
+        for i, files in enumerate(increments, 1):
+            for f in files:
+                strata("ingest", "urls", f, "--home", home)
+            if where == "local":
+                local("run", URLCOUNT, "--home", home, "--partitions", "4")
+                continue
+            log_dir = tmp / f"log_dir-{i}"
+            log_dir.mkdir()
+            env = driver_env(submit_args("spark.eventLog.enabled=true",
+                                         f"spark.eventLog.dir=file://{log_dir}",
+                                         "spark.eventLog.compress=false"))
+            out = sh("run", URLCOUNT, "--home", home, "--master", cluster.master,
+                     "--partitions", "4", "--json", env=env)
+            runs.append({"report": json.loads(out), "shuffle": shuffle_per_epoch(log_dir)})
+    return homes, runs
+
+
+def test_urlcount_on_the_cluster_equals_local(urlcount_homes):
+    homes, runs = urlcount_homes
+    assert [r["report"]["epochs"] for r in runs] == [4, 2]  # count and per_url, per increment
+    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {"count": 3,
+                                                                         "per_url": 3}
+    counts = records(homes["cluster"], "counts")
+    assert {r["_epoch"] for r in counts} == {1, 2, 3}
+    assert counts == records(homes["local"], "counts")
+    assert records(homes["cluster"], "count.state") == records(homes["local"], "count.state")
+
+
+def test_query_on_the_cluster_equals_local(urlcount_homes, tmp_path):
+    homes, _ = urlcount_homes
+    answer = records(homes["cluster"], "per_url")
+    assert answer == records(homes["local"], "per_url")
+    seen = Counter(json.loads(line)["url"]
+                   for f in (SAMPLE / "day-1.jsonl", SAMPLE / "day-2.jsonl", _tiny(tmp_path))
+                   for line in f.read_text().splitlines() if line.strip())
+    assert {r["url"]: r["n"] for r in answer} == seen
+
+
+def test_state_is_not_shuffled_on_the_cluster(urlcount_homes):
+    """Spark's own task metrics (the event log of each cluster run): an epoch shuffles
+    about its increment, never the state it updates."""
+    _, runs = urlcount_homes
+    shuffle = {**runs[0]["shuffle"], **runs[1]["shuffle"]}
+    state = {(r["stage"], r["epoch"]): r["metrics"]["state_bytes_total"]
+             for run in runs for r in run["report"]["reports"]}
+    print("\nshuffle bytes per epoch on the cluster:", json.dumps(shuffle, indent=1))
+    print("state bytes after each epoch:", state)
+    e1, e2, e3 = (shuffle[f"strata count epoch {n}"]["write"] for n in (1, 2, 3))
+    assert e1 > 0
+    # epoch 2 reads as many records as epoch 1, and a state of epoch 1's size besides:
+    # its shuffle follows the increment, not increment + state
+    assert e2 < 1.5 * e1
+    # epoch 3 reads 20 records into a state of ~2,000 URLs: it shuffles a sliver of it
+    assert e3 < state[("count", 2)] / 20 and e3 < e1 / 20
+    q1, q3 = (shuffle[f"strata per_url epoch {n}"]["write"] for n in (1, 3))
+    assert q3 < q1 / 10
+
+
+def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path):
+    """The workers' Python has strata but not the pipeline's own modules: strata run
+    ships the pipeline's source root (a sibling module and a package) with addPyFile."""
+    pipeline = HERE.parent / "multimodule" / "pipeline.py"
+    words = ["Apple", "pear", " apple", "Fig", "pear", "APPLE"]
+    data, home = tmp_path / "words.jsonl", tmp_path / "home"
+    data.write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
+    env = driver_env()
+    env.pop("PYTHONPATH")
+    for args in (("run", pipeline), ("ingest", "words", data),
+                 ("run", pipeline, "--master", cluster.master, "--partitions", "2")):
+        sh(*args, "--home", home, env=env)
+    counts = {r["word"]: r["count"] for r in records(home, "count.state")}
+    assert counts == Counter(w.strip().lower() for w in words)
