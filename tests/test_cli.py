@@ -58,7 +58,8 @@ def status_of(home: Path) -> dict:
 HELP = {
     (): ["run", "ingest", "status", "show", "export", "graph", "--version", "Exit codes"],
     ("run",): ["PIPELINE", "--home", "--master", "--mode", "--partitions", "--until-idle",
-               "--follow", "--watch", "--max-epochs", "--poll", "--json", "--traceback", "--py-files", "--remote"],
+               "--follow", "--watch", "--max-epochs", "--poll", "--json", "--traceback",
+               "--py-files", "--remote"],
     ("ingest",): ["FLOW", "PATH", "--home", "--format", "--end-frame", "--json",
                   "--from-table", "--sql"],
     ("export",): ["FLOW", "--home", "--out", "--epoch", "--all"],

@@ -229,17 +229,17 @@ def _follow(controller, console, status, poll: float, watch: Path | None,
     """``strata run --follow``: SIGTERM or a first Ctrl-C stop it between epochs (a second
     Ctrl-C interrupts the epoch; the next run finishes it)."""
     import signal
-    import threading
 
-    from strata.controller.follow import Landing, follow
+    from strata.controller.follow import Landing, StopRequest, follow
 
-    stop = threading.Event()
+    stop = StopRequest()
 
     def request_stop(signum, frame) -> None:
+        # only the flag: a handler runs between any two bytecodes of the main thread,
+        # which may hold a lock the handler would wait for
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
         stop.set()
-        status.update("stopping after the current epoch…")
 
     landing = Landing(watch, controller) if watch else None
 

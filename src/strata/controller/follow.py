@@ -12,10 +12,11 @@ rename it when complete: such names are not picked up.
 from __future__ import annotations
 
 import os
-import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from strata.controller.controller import Controller, EpochReport
 from strata.model.errors import StrataError
@@ -71,9 +72,43 @@ class Landing:
         return target
 
 
+class StopSignal(Protocol):
+    """What ``follow`` needs of its stop signal (``threading.Event`` has it)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class StopRequest:
+    """A stop flag that a signal handler may set.
+
+    ``threading.Event.set`` takes a lock that ``Event.wait`` holds for a moment on the
+    main thread; a handler that runs in that moment waits for itself forever.
+    """
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                break
+            time.sleep(left)
+        return self._set
+
+
 def follow(
     controller: Controller,
-    stop: threading.Event,
+    stop: StopSignal,
     *,
     poll: float = 0.5,
     landing: Landing | None = None,
