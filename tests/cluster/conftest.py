@@ -207,15 +207,16 @@ def jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def records(home: Path, target: str) -> list[dict]:
-    """All stored records of a flow (``--all``: with ``_epoch``) or a state, sorted."""
-    extra = () if target.endswith(".state") else ("--all",)
-    out = jsonl(sh("show", target, "--home", home, "--format", "jsonl", *extra))
+def records(home: Path, target: str, history: bool = True) -> list[dict]:
+    """A flow's stored records (``history``: every increment, with ``_epoch``), a
+    query's answer or a state (``NAME.state``), sorted."""
+    extra = ("--all",) if history and not target.endswith(".state") else ()
+    out = jsonl(local("show", target, "--home", home, "--format", "jsonl", *extra))
     return sorted(out, key=lambda r: json.dumps(r, sort_keys=True))
 
 
 def epochs_of(home: Path) -> dict[str, int]:
-    info = json.loads(sh("status", "--home", home, "--json"))
+    info = json.loads(local("status", "--home", home, "--json"))
     return {s["stage"]: s["epochs"] for s in info["stages"]}
 
 
@@ -232,9 +233,15 @@ def local(*args: object) -> str:
 
 
 def events(log_dir: Path) -> list[dict]:
-    """The events of the one Spark event log in ``log_dir`` (uncompressed)."""
-    [log] = [p for p in log_dir.rglob("*") if p.is_file() and p.name.startswith("app-")]
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    """The events of the one application's Spark event log in ``log_dir`` (uncompressed):
+    a file ``app-…``, or the numbered ``events_N_app-…`` files of a rolling log (the
+    default since Spark 4)."""
+    files = [p for p in log_dir.rglob("*") if p.is_file()
+             and p.name.startswith(("app-", "events_"))]
+    assert files, f"no Spark event log in {log_dir}"
+    files.sort(key=lambda p: int(p.name.split("_")[1]) if p.name.startswith("events_") else 0)
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()
+            if line.strip()]
 
 
 def kill9(pid: int) -> None:

@@ -33,8 +33,8 @@ from tests.cluster.conftest import (
     driver_env,
     events,
     kill9,
+    local,
     records,
-    sh,
     strata_cmd,
     submit_args,
 )
@@ -88,8 +88,8 @@ def run_with_fault(cluster: Cluster, tmp_path: Path, victim) -> dict[str, int]:
     home, marks, log_dir = tmp_path / "home", tmp_path / "marks", tmp_path / "events"
     marks.mkdir(), log_dir.mkdir()
     data, seen = _increment(tmp_path, URLS)
-    sh("run", PIPELINE, "--home", home)  # creates the home
-    sh("ingest", "urls", data, "--home", home)
+    local("run", PIPELINE, "--home", home)  # creates the home
+    local("ingest", "urls", data, "--home", home)
     env = driver_env(submit_args(
         "spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{log_dir}",
         "spark.eventLog.compress=false",
