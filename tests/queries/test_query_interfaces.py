@@ -100,6 +100,7 @@ def _df() -> Dataflow:
     ("SELECT R.k FROM R LEFT JOIN S ON R.k = S.k", {}, QueryError, ["LEFT JOIN"]),
     ("SELECT k, v FROM R GROUP BY k", {}, QueryError, ["'v'", "GROUP BY"]),
     ("SELECT k FROM T", {}, QueryError, ["unknown flow 'T'"]),
+    ("SELECT k, count(*) AS K FROM R GROUP BY k", {}, QueryError, ["ignoring case", "AS"]),
 ])
 def test_queries_refused_with_the_operator_named(sql, kwargs, error, words):
     df = _df()

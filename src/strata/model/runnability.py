@@ -98,3 +98,24 @@ def normalize(spec: Mapping[str, int] | set[str] | Sequence[str]) -> dict[str, i
     if isinstance(spec, Mapping):
         return {f: int(n) for f, n in spec.items() if n}
     return dict.fromkeys(spec, 1)
+
+
+class sliding:  # noqa: N801  (a rule, named like the functions above)
+    """Run once per new increment of ``flow``, reading it together with the ``keep``
+    increments read before it, which stay queued (a window of raw segments the stage can
+    go back to); older ones are removed. A class, not a closure, so that a stage using it
+    can be registered compiled (pickled) in a home."""
+
+    def __init__(self, flow: str, keep: int) -> None:
+        if keep < 0:
+            raise ValueError(f"sliding({flow!r}): keep must be ≥ 0, not {keep}")
+        self.flow, self.keep = flow, keep
+        self.__name__ = self.__qualname__ = f"sliding({flow}, keep={keep})"
+
+    def __call__(self, keys: FramingKeys, state: Any) -> Decision:
+        waiting = len(keys.get(self.flow) or [])
+        kept = min(state or 0, waiting)  # increments read before and still queued
+        if waiting <= kept:
+            return set(), set(), state
+        drop = max(0, kept + 1 - self.keep)
+        return {self.flow: kept + 1}, ({self.flow: drop} if drop else {}), kept + 1 - drop

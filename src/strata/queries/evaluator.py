@@ -258,19 +258,7 @@ class Evaluator:
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
         node = plan.node
-        key_cols = [F.expr(to_sql(e)).alias(n) for n, e in node.keys] or [F.lit(0).alias("_t")]
-        keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
-        plain = [p for p in plan.parts if p.kind != "multiset"]
-        h = keyed.groupBy("_g").agg(*[F.expr(p.lift).alias(p.name) for p in plain])
-        for p in plan.parts:
-            if p.kind != "multiset":
-                continue
-            v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
-                 .groupBy("_g", F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
-                 .where("_c <> 0")
-                 .groupBy("_g").agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
-                                    .alias(p.name)))
-            h = h.join(v, "_g", "left")
+        h = lift(plan, d)
         outputs = [n for n, _ in node.outputs]
         if self._deferred:  # only the groups this step touches
             state = self.tables.lookup(plan.name, h.select("_g"))
@@ -290,11 +278,7 @@ class Evaluator:
         merged += [F.expr(bind(p.merge, {"s": f"s.`{p.name}`", "d": f"d.`{p.name}`"}))
                    .alias(p.name) for p in plan.parts]
         m = j.select(*merged)
-        filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
-                  for p in plan.parts}
-        scope = {n: f"_g.`{n}`" for n, _ in node.keys}  # a: over keys and aggregate answers
-        scope.update({a: bind(sql, filled) if filled else sql
-                      for a, sql in plan.answer_sql().items()})
+        scope = answer_scope(plan)
         m = m.select("*", *[F.expr(bind(to_sql(e), scope)).alias(o)
                             for o, e in node.outputs])
         keep = F.col("_cnt") != 0
@@ -318,3 +302,34 @@ class Evaluator:
         insert = touched.where(F.col("_keep") & ~(F.col("_old_keep") & same)).select(
             *[F.col(f"`{o}`") for o in outputs], F.lit(1).cast("bigint").alias(MULT))
         return self.materialize(retract.unionByName(insert))
+
+
+def lift(plan: GroupPlan, d: DataFrame) -> DataFrame:
+    """``h``: the rows ``d`` (with ``_mult``) per group — ``_g``, a struct of the group's
+    keys — as the group-by's monoid parts."""
+    key_cols = [F.expr(to_sql(e)).alias(n) for n, e in plan.node.keys] or [
+        F.lit(0).alias("_t")]
+    keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
+    plain = [p for p in plan.parts if p.kind != "multiset"]
+    h = keyed.groupBy("_g").agg(*[F.expr(p.lift).alias(p.name) for p in plain])
+    for p in plan.parts:
+        if p.kind != "multiset":
+            continue
+        v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
+             .groupBy("_g", F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
+             .where("_c <> 0")
+             .groupBy("_g").agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
+                                .alias(p.name)))
+        h = h.join(v, "_g", "left")
+    return h
+
+
+def answer_scope(plan: GroupPlan) -> dict[str, str]:
+    """``a``'s names as SQL over a row of merged parts: each key (``_g.key``) and each
+    aggregate's answer (``_a0``, …), for binding into the outputs and ``HAVING``."""
+    filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
+              for p in plan.parts}
+    scope = {n: f"_g.`{n}`" for n, _ in plan.node.keys}
+    scope.update({a: bind(sql, filled) if filled else sql
+                  for a, sql in plan.answer_sql().items()})
+    return scope

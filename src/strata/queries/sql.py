@@ -200,8 +200,9 @@ class _Converter:
             name = e.alias if isinstance(e, exp.Alias) else _default_name(e)
             items.append((name, e.this if isinstance(e, exp.Alias) else e))
         names = [n for n, _ in items]
-        if len(set(names)) != len(names):
-            raise QueryError(f"the query's output columns repeat a name: {names}; use AS")
+        if len({n.lower() for n in names}) != len(names):  # Spark ignores case in names
+            raise QueryError(f"the query's output columns repeat a name (ignoring case, as "
+                             f"Spark does): {names}; rename one with AS")
         return list(zip(names, [e for _, e in items], strict=True))
 
     def _group_by(self, node, scope, items, group, having, distinct) -> GroupBy:

@@ -1,0 +1,147 @@
+"""Spark plans for a series: a view of one segment, and an occurrence from its views.
+
+:func:`view_of_segment` computes a :class:`~strata.series.normalize.View` from one
+segment's rows (``h`` for a partial aggregate). :func:`occurrence` evaluates the rest of
+the query over the views of the occurrence's window: partials are merged per group with
+the monoids' ``⊗`` and answered with ``a``; rows views are unioned and joined or grouped.
+Stored views carry the table's column prefix stripped, so that tables of the same
+subplan share them; :func:`occurrence` puts it back.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
+from strata.queries.errors import QueryError
+from strata.queries.evaluator import answer_scope, lift
+from strata.queries.expressions import MULT, bind, to_sql
+from strata.queries.incremental import GroupPlan
+from strata.queries.monoids import monoid
+from strata.series.normalize import SeriesPlan, View
+
+ViewReader = Callable[[View, range], DataFrame]  # the stored views of a run of segments
+
+
+def group_plan(node: GroupBy, monoids=None) -> GroupPlan:
+    """The monoids of ``node`` over an input that never deletes rows (segments only grow)."""
+    if monoids is None:
+        monoids = [monoid(a, f"_p{i}", node.child.columns, False)
+                   for i, a in enumerate(node.aggs)]
+    return GroupPlan(node, "", list(monoids))
+
+
+def rows(node: Node, segment: DataFrame) -> DataFrame:
+    """``node`` (a scan under maps) over one segment's rows, with ``_mult`` = 1."""
+    if isinstance(node, Scan):
+        return segment.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
+                              F.lit(1).cast("bigint").alias(MULT))
+    assert isinstance(node, Map), node
+    return _map(node, rows(node.child, segment))
+
+
+def _map(node: Map, d: DataFrame) -> DataFrame:
+    if node.where is not None:
+        d = d.where(F.expr(to_sql(node.where)))
+    if node.outputs is not None:
+        d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
+    return d
+
+
+def view_of_segment(view: View, segment: DataFrame) -> DataFrame:
+    """The view's rows for one segment, as stored (the table's prefix stripped)."""
+    if view.kind == "partial":
+        assert isinstance(view.node, GroupBy)
+        return lift(group_plan(view.node, view.monoids), rows(view.node.child, segment))
+    d = rows(view.node, segment)
+    return d.select(*[F.col(f"`{c}`").alias(_strip(c, view.prefix)) for c in d.columns])
+
+
+def _strip(name: str, prefix: str) -> str:
+    return name[len(prefix):] if prefix and name.startswith(prefix) else name
+
+
+def merge_partials(plan: GroupPlan, stacked: DataFrame) -> DataFrame:
+    """``⊗`` over the partials of several segments: one row of parts per group."""
+    aggs: list[Column] = []
+    generic = []
+    for p in plan.parts:
+        c = F.col(f"`{p.name}`")
+        if p.kind == "add":
+            aggs.append(F.sum(c).alias(p.name))
+        elif p.kind in ("least", "greatest"):
+            aggs.append((F.min(c) if p.kind == "least" else F.max(c)).alias(p.name))
+        else:  # a multiset or a user monoid: fold the segments' values with its merge
+            aggs.append(F.collect_list(c).alias(p.name))
+            generic.append(p)
+    merged = stacked.groupBy("_g").agg(*aggs)
+    for p in generic:
+        body = bind(p.merge, {"s": "_s", "d": "_d"})
+        lst = f"`{p.name}`"
+        merged = merged.withColumn(p.name, F.expr(
+            f"aggregate(slice({lst}, 2, greatest(size({lst}) - 1, 0)), element_at({lst}, 1), "
+            f"(_s, _d) -> {body})"))
+    return merged
+
+
+def answer(plan: GroupPlan, merged: DataFrame, spark: SparkSession) -> DataFrame:
+    """``a``: the group-by's output rows from merged parts (``HAVING`` applied; a total
+    aggregate answers one row even over no rows, as SQL does)."""
+    node = plan.node
+    if not node.keys:  # total: one group, present even when nothing was read
+        one = spark.range(1).select(F.struct(F.lit(0).alias("_t")).alias("_g"))
+        merged = one.join(merged, "_g", "left")
+    scope = answer_scope(plan)
+    keep = F.lit(True) if not node.keys else F.coalesce(F.col("_cnt"), F.lit(0)) != 0
+    if node.having is not None:
+        keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
+    return merged.where(keep).select(
+        *[F.expr(bind(to_sql(e), scope)).alias(o) for o, e in node.outputs])
+
+
+def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
+               spark: SparkSession) -> DataFrame:
+    """The answer of the occurrence whose newest segment is ``newest``."""
+    windows = plan.schedule.window(newest)
+
+    def evaluate(node: Node) -> DataFrame:
+        view = plan.views.get(id(node))
+        if view is not None:
+            stored = read_views(view, windows[view.table])
+            if view.kind == "partial":
+                assert isinstance(node, GroupBy)
+                gp = group_plan(node, view.monoids)
+                return answer(gp, merge_partials(gp, stored), spark)
+            return stored.select(*[F.col(f"`{_strip(c, view.prefix)}`").alias(c)
+                                   for c in node.columns])
+        if isinstance(node, Map):
+            d = evaluate(node.child)
+            if node.where is not None:
+                d = d.where(F.expr(to_sql(node.where)))
+            if node.outputs is not None:
+                d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs])
+            return d
+        if isinstance(node, Join):
+            left, right = evaluate(node.left), evaluate(node.right)
+            cond = functools.reduce(lambda a, b: a & b, [
+                left[f"`{lc}`"] == right[f"`{rc}`"] for lc, rc in node.on])
+            return left.join(right, cond, "inner")
+        if isinstance(node, GroupBy):  # over a join: group the window's rows as they are
+            gp = group_plan(node)
+            d = evaluate(node.child).withColumn(MULT, F.lit(1).cast("bigint"))
+            return answer(gp, lift(gp, d), spark)
+        raise QueryError(f"cannot run {node} in a query series")
+
+    root = plan.query.root
+    out = evaluate(root).select(*[F.col(f"`{c}`") for c in root.columns])
+    q = plan.query
+    if q.order_by:
+        out = out.orderBy(*[F.col(f"`{c}`").asc_nulls_first() if asc
+                            else F.col(f"`{c}`").desc_nulls_last() for c, asc in q.order_by])
+    if q.limit is not None:
+        out = out.limit(q.limit)
+    return out

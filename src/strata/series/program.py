@@ -1,0 +1,282 @@
+"""The jumbo stage of a stream: every query series on it, run together per segment.
+
+One stage per stream reads each new segment once (a shared scan: the segment is read
+and cached once, and every view that needs it is computed from the cache), stores the
+per-segment views of all its series (one per fingerprint, however many series or tables
+share it), then answers every series that is due with that segment from the stored
+views of its window and writes each answer as an increment of the series' output flow.
+Epoch *n* of the stage is segment *n* of the stream, so ``strata show SERIES --epoch n``
+is the occurrence whose newest segment is *n*.
+
+The stage keeps the last few raw segments queued (runnability :class:`sliding`), so a
+series registered later computes the views of the segments it needs but no earlier
+series made. Views no registered series will read again are dropped from the state
+and collected with the epoch's garbage. See ``docs/series.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from strata.model.errors import StrataError
+from strata.model.schema import parse_ddl
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
+from strata.queries.sql import parse_sql
+from strata.series.evaluate import occurrence, view_of_segment
+from strata.series.normalize import SeriesPlan, View, plan_series
+from strata.series.windows import Schedule, Segments
+from strata.storage import fs
+from strata.storage.home import StageLayout
+from strata.storage.increments import Increment, write_table
+from strata.storage.manifest import StateSnapshot
+
+VIEWS = "views"  # the program's directory under state/<stage>/
+
+
+@dataclass(frozen=True)
+class Series:
+    """A query series: ``sql`` over tables bound to runs of a stream's segments
+    (``{"log": "log[-6:0]"}``: the newest seven; a table the SQL names that is not bound
+    is the newest segment of the stream of that name), due every ``period`` segments."""
+
+    name: str
+    sql: str
+    tables: Mapping[str, str]
+    period: int = 1
+
+    def schedule(self, stream: str, tables: Sequence[str]) -> Schedule:
+        runs = {t: Segments.parse(self.tables.get(t, t)) for t in tables}
+        for t, run in runs.items():
+            if run.stream != stream:
+                raise StrataError(f"series {self.name!r}: table {t!r} reads {run.stream!r}, "
+                                  f"but the series runs on stream {stream!r}")
+        return Schedule(runs, self.period)
+
+
+def plan_of(series: Series, stream: str, columns: Mapping[str, str]) -> SeriesPlan:
+    """Parse and normalize ``series`` over ``stream`` (whose columns are ``columns``)."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(series.sql, read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise StrataError(f"series {series.name!r}: cannot parse the query: "
+                          f"{e.errors[0]['description']}") from None
+    tables = sorted({t.name for t in tree.find_all(exp.Table)})
+    unknown = set(series.tables) - set(tables)
+    if unknown:
+        raise StrataError(f"series {series.name!r} binds {sorted(unknown)}, which its query "
+                          f"does not read (it reads {tables})")
+    schedule = series.schedule(stream, tables)
+    return plan_series(parse_sql(series.sql, dict.fromkeys(tables, dict(columns))),
+                       schedule, columns)
+
+
+class SeriesProgram(StageProgram):
+    """The compiled jumbo stage of one stream: its series, their plans and outputs."""
+
+    kind = "series"
+
+    def __init__(self, stream: str, columns: Mapping[str, str], series: Sequence[Series]
+                 ) -> None:
+        names = [s.name for s in series]
+        if len(set(names)) != len(names):
+            raise StrataError(f"series names repeat on stream {stream!r}: {names}")
+        self.stream = stream
+        self.columns = dict(columns)  # the stream's columns -> Spark types
+        self.series = tuple(series)
+        self._plans: dict[str, SeriesPlan] | None = None
+        self.plans  # noqa: B018  (parse now: a bad series fails at registration)
+
+    def __getstate__(self) -> dict:  # plans key views by node identity: rebuilt on load
+        return {**self.__dict__, "_plans": None}
+
+    @property
+    def plans(self) -> dict[str, SeriesPlan]:
+        if self._plans is None:
+            self._plans = {s.name: plan_of(s, self.stream, self.columns) for s in self.series}
+        return self._plans
+
+    def output_ddl(self, name: str) -> str:
+        cols = self.plans[name].query.root.columns
+        return ", ".join(f"`{c}` {t}" for c, t in cols.items())
+
+    @property
+    def keep_segments(self) -> int:
+        """Raw segments kept besides the newest: enough for any registered window."""
+        return max((p.schedule.first - 1 for p in self.plans.values()), default=0)
+
+    def describe(self) -> str:
+        return f"series on {self.stream}: {', '.join(s.name for s in self.series) or 'none'}"
+
+    # -- one epoch = one segment --------------------------------------------------------
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        n = ctx.epoch
+        raw = ctx.inputs.get(self.stream, ())
+        if not raw:
+            raise StrataError(f"series stage {ctx.stage.name!r} epoch {n} was given no segment")
+        segments = {n - len(raw) + 1 + i: inc for i, inc in enumerate(raw)}  # kept + new
+        stored = _views_of(ctx.committed)
+        spark = ctx.spark
+        previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
+        cached: list[DataFrame] = []
+        try:
+            new_views = self._compute_views(ctx, n, segments, stored, cached)
+            views = _merged(stored, new_views)
+            due = [s for s in self.series if self.plans[s.name].schedule.due(n)]
+            answered, skipped = [], []
+            writes = []
+            for s in due:
+                plan = self.plans[s.name]
+                if not _window_present(plan, n, views):
+                    skipped.append(s.name)
+                    continue
+                read = functools.partial(self._read_views, spark, views)
+                out = occurrence(plan, n, read, spark)
+                writes.append(functools.partial(self._write_answer, s.name, out,
+                                                ctx.output_dir(s.name)))
+                answered.append(s.name)
+            run_all(spark, writes)
+        finally:
+            for d in cached:
+                d.unpersist()
+            set_confs(spark, previous)
+        outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
+        kept = self._still_read(views, n)
+        state = {"segment": n, "views": kept}
+        metrics = {"views_written": sum(len(v) for v in new_views.values()),
+                   "answered": answered, "skipped": skipped,
+                   "segment_bytes": segments[n].bytes}
+        return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
+
+    def _compute_views(self, ctx: EpochContext, n: int, segments: Mapping[int, Increment],
+                       stored: Mapping[str, Mapping[str, dict]], cached: list[DataFrame]
+                       ) -> dict[str, dict[str, dict]]:
+        """The views this epoch must add: the new segment's for every series that will
+        read it, and older kept segments' that a due occurrence needs and nobody made."""
+        wanted: dict[tuple[str, int], View] = {}
+        for plan in self.plans.values():
+            for v in plan.view_list():
+                sched = plan.schedule
+                if sched.last_reader(n, v.table) >= n:
+                    wanted[(v.fingerprint, n)] = v
+                if sched.due(n):
+                    for j in sched.window(n)[v.table]:
+                        if j in segments and str(j) not in stored.get(v.fingerprint, {}):
+                            wanted[(v.fingerprint, j)] = v
+        frames: dict[int, DataFrame] = {}
+        for _, j in wanted:
+            if j not in frames:
+                frames[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
+                    else ctx.spark.createDataFrame([], _spark_schema(self.columns))
+        for j, d in frames.items():  # a shared scan: read once, every view from the cache
+            if sum(1 for _, k in wanted if k == j) > 1:
+                frames[j] = d.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(frames[j])
+        root = ctx.layout.program_dir(VIEWS)
+        paths = {(fp, j): fs.join(root, fp, f"s{j:08d}-{ctx.token}") for fp, j in wanted}
+        run_all(ctx.spark, [functools.partial(write_parquet, view_of_segment(v, frames[j]),
+                                              paths[(fp, j)])
+                            for (fp, j), v in sorted(wanted.items(), key=lambda kv: kv[0])])
+        out: dict[str, dict[str, dict]] = {}
+        for (fp, j), path in paths.items():
+            out.setdefault(fp, {})[str(j)] = _increment(path).to_json()
+        return out
+
+    def _still_read(self, views: Mapping[str, Mapping[str, dict]], n: int
+                    ) -> dict[str, dict[str, dict]]:
+        """The views some registered series reads at an occurrence after ``n``."""
+        keep: dict[str, dict[str, dict]] = {}
+        for fp, by_segment in views.items():
+            readers = [(p.schedule, v.table) for p in self.plans.values()
+                       for v in p.view_list() if v.fingerprint == fp]
+            for j, entry in by_segment.items():
+                if any(s.last_reader(int(j), t) > n for s, t in readers):
+                    keep.setdefault(fp, {})[j] = entry
+        return keep
+
+    def _read_views(self, spark: SparkSession, views: Mapping[str, Mapping[str, dict]],
+                    view: View, window: range) -> DataFrame:
+        files = [f for j in window for f in views[view.fingerprint][str(j)]["files"]]
+        if files:
+            return spark.read.parquet(*files)
+        return view_of_segment(view, spark.createDataFrame([], _spark_schema(self.columns)))
+
+    def _write_answer(self, name: str, out: DataFrame, out_dir: str) -> None:
+        schema = parse_ddl(self.output_ddl(name))
+        table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+        if table.num_rows <= DRIVER_ROWS:
+            write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(schema))
+        else:
+            write_parquet(out, out_dir)
+
+    # -- the committed state, read from files ----------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """One record per stored view of a segment."""
+        return [{"view": fp, "segment": int(j), "rows": e["records"], "bytes": e["bytes"]}
+                for fp, by_segment in sorted(_views_of(snap).items())
+                for j, e in sorted(by_segment.items(), key=lambda kv: int(kv[0]))]
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        return sum(e["bytes"] for by_segment in state.get("views", {}).values()
+                   for e in by_segment.values())
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        live = {fs.join(layout.program_dir(VIEWS), fp, f.rsplit("/", 2)[-2])
+                for fp, by_segment in _views_of(keep).items()
+                for e in by_segment.values() for f in e["files"]}
+        root = layout.program_dir(VIEWS)
+        for fp in fs.list_dir(root):
+            for name in fs.list_dir(fs.join(root, fp)):
+                path = fs.join(root, fp, name)
+                if path not in live:
+                    fs.delete_quietly(path)
+
+
+def _views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
+    """fingerprint -> segment (as text: JSON keys) -> the view's files, rows and bytes."""
+    return snap.state.get("views", {}) if snap.state else {}
+
+
+def _merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, dict]]
+            ) -> dict[str, dict[str, dict]]:
+    out = {fp: dict(v) for fp, v in a.items()}
+    for fp, v in b.items():
+        out.setdefault(fp, {}).update(v)
+    return out
+
+
+def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]]
+                    ) -> bool:
+    window = plan.schedule.window(n)
+    return all(str(j) in views.get(v.fingerprint, {}) for v in plan.view_list()
+               for j in window[v.table])
+
+
+
+
+def _increment(directory: str) -> Increment:
+    files = [fs.join(directory, f) for f in sorted(fs.list_dir(directory))
+             if f.startswith("part-")]
+    rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
+               for fsys, path in map(fs.resolve, files))
+    return Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))
+
+
+def _spark_schema(columns: Mapping[str, str]):
+    from strata.queries.frames import spark_type
+
+    return spark_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
+

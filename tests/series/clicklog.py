@@ -1,0 +1,71 @@
+"""A small click log shaped like the paper's (market, position, query, URL, score) and
+the series over it that the tests run, with DuckDB's answer of an occurrence."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import duckdb
+import pyarrow as pa
+
+COLUMNS = {"A": "string", "B": "bigint", "C": "string", "D": "bigint", "E": "double"}
+SCHEMA = pa.schema([("A", pa.string()), ("B", pa.int64()), ("C", pa.string()),
+                    ("D", pa.int64()), ("E", pa.float64())])
+DDL = ", ".join(f"{c} {t}" for c, t in COLUMNS.items())
+MARKETS = ["us", "gb", "ru", "de", "fr"]
+
+# (name, SQL, tables, period): the paper's three series and the shapes around them
+SERIES = [
+    ("q1_daily_grouping", "SELECT A, B, C, count(*) AS n FROM log WHERE A <> 'gb' "
+     "GROUP BY A, B, C", {"log": "log"}, 1),
+    ("q2_weekly_histogram", "SELECT A, B, count(*) AS hits FROM log WHERE A <> 'gb' "
+     "GROUP BY A, B", {"log": "log[-2:0]"}, 3),
+    ("q3_today_join_yesterday",
+     "SELECT t.D AS D, t.m AS today, y.m AS yesterday FROM "
+     "(SELECT D, max(B) AS m FROM today WHERE A <> 'ru' GROUP BY D) t JOIN "
+     "(SELECT D, max(B) AS m FROM yesterday WHERE A <> 'ru' GROUP BY D) y ON t.D = y.D",
+     {"today": "log", "yesterday": "log[-1]"}, 1),
+    ("last_4_aggregates", "SELECT A, avg(E) AS mean, min(B) AS lo, count(DISTINCT C) AS cs, "
+     "sum(B) AS s FROM log GROUP BY A HAVING count(*) > 2 ORDER BY A LIMIT 3",
+     {"log": "log[-3:0]"}, 2),
+    ("total", "SELECT count(*) AS n, sum(B) AS s FROM log WHERE A = 'zz'",
+     {"log": "log[-1:0]"}, 1),
+    ("rows_only", "SELECT A, B * 2 AS b2 FROM log WHERE D < 3", {"log": "log[-1:0]"}, 1),
+    ("join_grouped_not_decomposable",
+     "SELECT t.A AS A, count(*) AS pairs FROM now t JOIN before b ON t.D = b.D "
+     "GROUP BY t.A", {"now": "log", "before": "log[-2:-1]"}, 1),
+]
+
+
+def segment(rng: random.Random, n: int) -> pa.Table:
+    """``n`` clicks with Zipf-skewed positions."""
+    zipf = [1 / (i + 1) for i in range(12)]
+    return pa.table({
+        "A": [rng.choice(MARKETS) for _ in range(n)],
+        "B": [rng.choices(range(12), zipf)[0] for _ in range(n)],
+        "C": [rng.choice("xyz") for _ in range(n)],
+        "D": [rng.randrange(6) for _ in range(n)],
+        "E": [round(rng.uniform(0, 10), 3) for _ in range(n)],
+    }, schema=SCHEMA)
+
+
+def canon(rows: Sequence[Mapping]) -> Counter:
+    """Rows as a multiset, floats rounded."""
+    def value(v):
+        return round(v, 6) if isinstance(v, float) and not math.isnan(v) else v
+    return Counter(tuple(sorted((k, value(v)) for k, v in r.items())) for r in rows)
+
+
+def duckdb_answer(sql: str, window: Mapping[str, range], segments: Sequence[pa.Table]
+                  ) -> list[dict]:
+    """DuckDB's answer of ``sql`` with each table the concatenation of its segments
+    (numbered from 1)."""
+    con = duckdb.connect()
+    for table, idx in window.items():
+        con.register(table, pa.concat_tables([segments[j - 1] for j in idx]))
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
