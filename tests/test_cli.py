@@ -56,7 +56,8 @@ def status_of(home: Path) -> dict:
 
 # -- help and version ------------------------------------------------------------------
 HELP = {
-    (): ["run", "ingest", "status", "show", "export", "graph", "--version", "Exit codes"],
+    (): ["run", "ingest", "status", "show", "export", "graph", "series", "--version",
+         "Exit codes"],
     ("run",): ["PIPELINE", "--home", "--master", "--mode", "--partitions", "--until-idle",
                "--follow", "--watch", "--max-epochs", "--poll", "--json", "--traceback",
                "--py-files", "--remote"],
@@ -66,6 +67,10 @@ HELP = {
     ("status",): ["--home", "--json"],
     ("show",): ["FLOW", "--home", "--epoch", "--all", "--format", "--limit", "STAGE.state"],
     ("graph",): ["PIPELINE", "--out", ".png", ".dot"],
+    ("series",): ["add", "list", "explain", "show", "drop"],
+    ("series", "add"): ["NAME", "SQL", "--home", "--table", "--period", "--replace",
+                        "--dry-run", "--json"],
+    ("series", "show"): ["NAME", "--occurrence", "--all", "--format", "--limit"],
 }
 
 

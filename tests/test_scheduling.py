@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from strata.controller.scheduling import Choice, StageView, choose, decide, same_cycle
 from strata.model.errors import StrataError
-from strata.model.runnability import lookup_table, prefer, runnable_all, runnable_any
+from strata.model.runnability import (
+    lookup_table,
+    prefer,
+    runnable_all,
+    runnable_any,
+    sliding,
+)
 
 
 def view(name, queued, *, epochs=0, since=1.0, rule=None, state=None, bottlenecked=False):
@@ -54,6 +62,23 @@ def test_the_runnability_state_comes_back_with_the_choice():
         picks.append(next(iter(c.reads)))
         state = c.runnable_state
     assert picks.count("queries") == 4 and picks.count("updates") == 1
+
+
+def test_sliding_reads_each_new_increment_with_the_last_kept_ones():
+    rule = pickle.loads(pickle.dumps(sliding("log", keep=2)))  # registered stages pickle it
+    queue, state, seen = ["s1", "s2", "s3", "s4"], None, []
+    while True:
+        c = decide(view("series", {"log": queue}, rule=rule, state=state))
+        if c is None:
+            break
+        read = queue[: c.reads["log"]]
+        seen.append(read)
+        queue = queue[c.removes.get("log", 0):]
+        state = c.runnable_state
+    assert seen == [["s1"], ["s1", "s2"], ["s1", "s2", "s3"], ["s2", "s3", "s4"]]
+    assert queue == ["s3", "s4"]  # the two newest stay queued for the next segment
+    c = decide(view("series", {"log": [*queue, "s5"]}, rule=rule, state=state))
+    assert c.reads == {"log": 3} and c.removes == {"log": 1}
 
 
 def test_a_failing_or_greedy_runnability_is_reported_by_stage():

@@ -1,9 +1,12 @@
 """The ``strata`` command: run a dataflow over a home, ingest input, inspect, draw.
 
 Errors strata reports (bad input, a failed epoch, a missing home) are printed as one
-clean message on stderr with exit code 1; a home held by another controller exits with 2.
+clean message on stderr with exit code 1; a home held by another controller exits with 75.
 """
 
 from strata.cli.commands import app
+from strata.cli.series import app as series_app
+
+app.add_typer(series_app)
 
 __all__ = ["app"]

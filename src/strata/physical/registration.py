@@ -44,8 +44,20 @@ def compiled(stage: Stage, description: str) -> RegisteredStage:
                            pickle.dumps(spec, protocol=5), description)
 
 
+def registered_program(reg: RegisteredStage) -> StageProgram:
+    """The compiled program of the registered stage ``reg``."""
+    return _load(reg).program
+
+
 def attach(dataflow: Dataflow, reg: RegisteredStage) -> Stage:
     """Add the registered stage ``reg`` to ``dataflow`` as it was compiled."""
+    spec = _load(reg)
+    return dataflow.stage(reg.name, None, program=spec.program,
+                          inputs=[Input(f) for f in spec.inputs], outputs=spec.outputs,
+                          runnable=spec.runnable)
+
+
+def _load(reg: RegisteredStage) -> _CompiledStage:
     cls = load_class(reg.program, f"registered stage {reg.name!r}")
     if reg.version != cls.format_version:
         raise StrataError(
@@ -54,6 +66,4 @@ def attach(dataflow: Dataflow, reg: RegisteredStage) -> Stage:
             f"register it again (for a query: `strata query --replace --name {reg.name} "
             f"...`)")
     spec: _CompiledStage = pickle.loads(reg.spec)
-    return dataflow.stage(reg.name, None, program=spec.program,
-                          inputs=[Input(f) for f in spec.inputs], outputs=spec.outputs,
-                          runnable=spec.runnable)
+    return spec

@@ -225,10 +225,11 @@ class Catalog:
         return [k[len("query:"):] for (k,) in rows]
 
     def register_stage(self, reg: RegisteredStage, inputs: Sequence[str],
-                       replace: bool = False) -> None:
+                       replace: bool = False, backfill: Sequence[str] = ()) -> None:
         """Keep ``reg`` and connect it to its ``inputs`` now, so that increments ingested
         before the next run reach it. ``replace`` swaps a stage registered before (its
-        connectors, queues and epochs stay)."""
+        connectors, queues and epochs stay). A new connector from a flow in ``backfill``
+        also queues the flow's ingested increments still stored, oldest first."""
         with self._transaction() as db:
             if replace:
                 db.execute("DELETE FROM registered_stages WHERE name = ?", (reg.name,))
@@ -237,8 +238,13 @@ class Catalog:
                        (reg.name, reg.kind, reg.program, reg.version, reg.spec,
                         reg.description, time.time()))
             for flow in inputs:
-                db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES (?, ?)",
-                           (flow, reg.name))
+                new = db.execute("INSERT OR IGNORE INTO connectors (flow, consumer) VALUES "
+                                 "(?, ?)", (flow, reg.name)).rowcount
+                if new and flow in backfill:
+                    stored = db.execute("SELECT id FROM increments WHERE flow = ? AND kind = ? "
+                                        "ORDER BY id", (flow, IncrementKind.INGEST.value))
+                    for (inc_id,) in stored.fetchall():
+                        self._enqueue(db, flow, reg.name, inc_id, framed=False)
             db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (reg.name,))
 
     def flows(self) -> dict[str, dict]:

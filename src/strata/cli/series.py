@@ -1,0 +1,193 @@
+"""``strata series``: register, list, explain, show and drop query series in a home."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from strata.cli import output
+from strata.cli.commands import HomeOption, JsonOption, _catalog, _existing_home, show
+from strata.model.errors import StrataError
+
+app = typer.Typer(
+    name="series",
+    help="Query series: a query run again on every new segment (or every N) of a stream, "
+         "over a window of its segments. All series on one stream run as one stage: each "
+         "segment is scanned once and per-segment partial results (views) are shared.",
+    no_args_is_help=True,
+)
+
+
+@app.command()
+def add(
+    name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
+                                        help="The series' name (also its output flow).")],
+    sql: Annotated[str, typer.Argument(metavar="SQL", show_default=False,
+                                       help="A SELECT over the stream's tables.")],
+    home: HomeOption,
+    table: Annotated[list[str] | None, typer.Option(
+        "--table", metavar="TABLE=STREAM[A:B]",
+        help="Bind a table of the query to segments: `log=clicks` the newest segment, "
+             "`yesterday=clicks[-1]` the one before, `week=clicks[-6:0]` the newest seven "
+             "(repeatable; an unbound table is the newest segment of the flow of its "
+             "name).")] = None,
+    period: Annotated[int, typer.Option(
+        min=1, help="Answer every N segments (7 for a weekly query over daily segments).")
+                      ] = 1,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Replace the series registered under NAME.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check and explain the series without registering it.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Register a query series; the next `strata run` answers it for every segment that
+    is due, from the segments stored in the home on."""
+    from strata.series import Series, registry
+
+    with output.reported():
+        tables = {}
+        for t in table or []:
+            key, _, spec = t.partition("=")
+            if not key or not spec:
+                raise StrataError(f"--table {t!r}: write TABLE=STREAM, TABLE=STREAM[-1] or "
+                                  "TABLE=STREAM[-6:0]")
+            tables[key.strip()] = spec.strip()
+        new = Series(name, sql, tables, period)
+        catalog = _catalog(_existing_home(home))
+        try:
+            stream = registry.stream_of(new, list(catalog.flows()))
+            programs = registry.registered(catalog)
+            names = {s.name: p.stream for p in programs.values() for s in p.series}
+            if name in names and not replace:
+                raise StrataError(f"series {name!r} is registered already (on "
+                                  f"{names[name]!r}); --replace replaces it")
+            if name in names and names[name] != stream:
+                raise StrataError(f"series {name!r} runs on {names[name]!r}: drop it first "
+                                  f"to move it to {stream!r}")
+            if name not in names and name in catalog.flows():
+                raise StrataError(f"the home has a flow named {name!r}; name the series "
+                                  "otherwise")
+            old = programs.get(stream)
+            series = [s for s in (old.series if old else ()) if s.name != name] + [new]
+            if dry_run:
+                from strata.series import SeriesProgram
+
+                program = SeriesProgram(stream, _columns(catalog, stream), series)
+            else:
+                program = registry.register(catalog, stream, series)
+        finally:
+            catalog.close()
+        _print_explain(program, name, json_out, registered=not dry_run)
+
+
+@app.command("list")
+def list_(home: HomeOption, json_out: JsonOption = False) -> None:
+    """List the registered series, by stream."""
+    from strata.series import registry
+
+    with output.reported():
+        catalog = _catalog(_existing_home(home))
+        try:
+            programs = registry.registered(catalog)
+        finally:
+            catalog.close()
+        rows = [{"name": s.name, "stream": p.stream, "period": s.period,
+                 "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
+                 "first_occurrence": p.plans[s.name].schedule.first,
+                 "views": len(p.plans[s.name].views), "sql": s.sql}
+                for p in programs.values() for s in p.series]
+        if json_out:
+            typer.echo(output.dumps({"series": rows}))
+            return
+        t = Table(title=f"{len(rows)} series", title_justify="left")
+        for c in ("name", "stream", "period", "tables", "first", "views", "sql"):
+            t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(r["name"], r["stream"], str(r["period"]),
+                      ", ".join(f"{k}={v}" for k, v in r["tables"].items()),
+                      str(r["first_occurrence"]), str(r["views"]), r["sql"])
+        output.out().print(t)
+
+
+@app.command()
+def explain(name: Annotated[str, typer.Argument(help="A registered series.")],
+            home: HomeOption, json_out: JsonOption = False) -> None:
+    """How a series runs: the views it keeps per segment, which it shares with other
+    series on its stream, and what each occurrence merges or joins."""
+    from strata.series import registry
+
+    with output.reported():
+        catalog = _catalog(_existing_home(home))
+        try:
+            program, _ = registry.find(catalog, name)
+        finally:
+            catalog.close()
+        _print_explain(program, name, json_out, registered=True)
+
+
+@app.command("show")
+def show_(
+    name: Annotated[str, typer.Argument(help="A registered series.")],
+    home: HomeOption,
+    occurrence: Annotated[int | None, typer.Option(
+        help="The occurrence whose newest segment is N (default: the newest one).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every stored occurrence.")] = False,
+    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
+        "--format", help="A table, or one JSON record per line.")] = "table",
+    limit: Annotated[int | None, typer.Option(min=0, help="Show at most N records.")] = None,
+) -> None:
+    """Print a series' answer at an occurrence (its flow's increment of that segment)."""
+    show(name, home, epoch=occurrence, all_=all_, fmt=fmt, limit=limit)
+
+
+@app.command()
+def drop(name: Annotated[str, typer.Argument(help="A registered series.")],
+         home: HomeOption) -> None:
+    """Stop answering a series (its stored answers stay; views only it read are
+    collected after the next run)."""
+    from strata.series import registry
+
+    with output.reported():
+        catalog = _catalog(_existing_home(home))
+        try:
+            program, _ = registry.find(catalog, name)
+            registry.register(catalog, program.stream,
+                              [s for s in program.series if s.name != name])
+        finally:
+            catalog.close()
+        output.out().print(f"dropped series [bold]{escape(name)}[/]")
+
+
+def _columns(catalog, stream: str) -> dict[str, str]:
+    from strata.model.schema import parse_ddl, type_ddl
+
+    return {f.name: type_ddl(f.type) for f in parse_ddl(catalog.flows()[stream]["schema"])}
+
+
+def _print_explain(program, name: str, json_out: bool, registered: bool) -> None:
+    from strata.series.normalize import explain as explain_plan
+
+    plan = program.plans[name]
+    lines = explain_plan(plan)
+    shared = {v.fingerprint: [s.name for s in program.series if s.name != name and any(
+        w.fingerprint == v.fingerprint for w in program.plans[s.name].view_list())]
+        for v in plan.view_list()}
+    lines += [f"view {fp} is shared with {', '.join(others)}"
+              for fp, others in shared.items() if others]
+    if json_out:
+        typer.echo(output.dumps({"name": name, "stream": program.stream,
+                                 "registered": registered, "explain": lines,
+                                 "decomposed": plan.decomposed,
+                                 "columns": plan.query.root.columns}))
+        return
+    console = output.out()
+    console.print(Text("\n".join(lines)))
+    if registered:
+        console.print(f"series [bold]{escape(name)}[/] on {escape(program.stream)}: `strata "
+                      f"run PIPELINE --home HOME` answers it; `strata series show "
+                      f"{escape(name)} --home HOME` prints the newest answer")
+

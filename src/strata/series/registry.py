@@ -1,0 +1,88 @@
+"""Series registered in a home (``strata series``): kept as the compiled stage of their
+stream in the catalog, added to, replaced in or dropped from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from strata.model.dataflow import Dataflow
+from strata.model.errors import StrataError
+from strata.physical.registration import compiled, registered_program
+from strata.series.program import Series, SeriesProgram
+from strata.series.stage import add_series, series_stage_name
+from strata.storage.catalog import Catalog
+
+
+def registered(catalog: Catalog) -> dict[str, SeriesProgram]:
+    """Stream -> the program of its registered series stage."""
+    out = {}
+    for reg in catalog.registered_stages():
+        if reg.kind == SeriesProgram.kind:
+            program = registered_program(reg)
+            assert isinstance(program, SeriesProgram)
+            out[program.stream] = program
+    return out
+
+
+def find(catalog: Catalog, name: str) -> tuple[SeriesProgram, Series]:
+    """The registered series ``name`` and the program of its stream."""
+    programs = registered(catalog)
+    for program in programs.values():
+        for s in program.series:
+            if s.name == name:
+                return program, s
+    known = sorted(s.name for p in programs.values() for s in p.series)
+    raise StrataError(f"the home has no series {name!r}; series: {', '.join(known) or 'none'}"
+                      " (`strata series add` registers one)")
+
+
+def stream_of(series: Series, flows: Sequence[str]) -> str:
+    """The stream ``series`` reads: the one stream its bound tables name, else the one
+    flow its query reads."""
+    import sqlglot
+    from sqlglot import exp
+
+    from strata.series.windows import Segments
+
+    try:
+        tables = {t.name for t in sqlglot.parse_one(series.sql, read="spark")
+                  .find_all(exp.Table)}
+    except sqlglot.errors.ParseError as e:
+        raise StrataError(f"series {series.name!r}: cannot parse the query: "
+                          f"{e.errors[0]['description']}") from None
+    streams = {Segments.parse(series.tables.get(t, t)).stream for t in tables}
+    if len(streams) != 1:
+        raise StrataError(f"series {series.name!r} reads {sorted(streams)}: a series reads "
+                          "segments of one stream (bind each table with --table T=STREAM[…])")
+    stream = streams.pop()
+    if stream not in flows:
+        raise StrataError(f"series {series.name!r}: the home has no flow {stream!r} "
+                          f"(flows: {', '.join(sorted(flows)) or 'none'})")
+    return stream
+
+
+def register(catalog: Catalog, stream: str, series: Sequence[Series]) -> SeriesProgram:
+    """Register ``series`` as all the series on ``stream`` (replacing the stream's stage,
+    whose views, queues and epochs stay). A new stage also reads the segments of the
+    stream stored before it."""
+    flows = catalog.flows()
+    stage = series_stage_name(stream)
+    before = registered(catalog).get(stream)
+    own = {s.name for s in before.series} if before else set()
+    scratch = Dataflow("series registration")
+    for flow, info in flows.items():
+        if flow not in own:
+            scratch.source(flow, info["schema"])
+    if before is None and stage in catalog.stages():
+        raise StrataError(f"the home has a stage {stage!r} that does not run series; the "
+                          f"series of {stream!r} need that name")
+    taken = [s.name for s in series if s.name in catalog.stages()]
+    if taken:
+        raise StrataError(f"series names {taken} are names of stages of the home")
+    added = add_series(scratch, stream, series)
+    description = "; ".join(f"{s.name}: {s.sql}" for s in series)
+    catalog.register_stage(compiled(added, description), [stream], replace=before is not None,
+                           backfill=[stream])
+    program = added.program
+    assert isinstance(program, SeriesProgram)
+    return program

@@ -1,0 +1,64 @@
+"""``strata series``: add, list, explain, run, show and drop against a home."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.parquet as pq
+
+from tests.series.clicklog import DDL, canon, duckdb_answer, segment
+from tests.test_cli import invoke, ok
+
+WEEKLY = "SELECT A, B, count(*) AS hits FROM log WHERE A <> 'gb' GROUP BY A, B"
+DAILY = "SELECT A, B, count(*) AS n FROM log WHERE A <> 'gb' GROUP BY A, B"
+
+
+def test_series_from_the_cli(spark, tmp_path):
+    pipeline = tmp_path / "clicks.py"
+    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('clicks')\n"
+                        f"dataflow.source('log', {DDL!r})\n")
+    home = tmp_path / "home"
+    ok("run", pipeline, "--home", home)
+    rng = random.Random(5)
+    segments = [segment(rng, 25) for _ in range(4)]
+
+    def ingest(seg, i):
+        path = tmp_path / f"seg{i}.parquet"
+        pq.write_table(seg, path)
+        ok("ingest", "log", path, "--home", home)
+
+    for i, seg in enumerate(segments[:3]):  # stored before the series exist: backfilled
+        ingest(seg, i)
+    added = json.loads(ok("series", "add", "last2", WEEKLY, "--table", "log=log[-1:0]",
+                          "--home", home, "--json").stdout)
+    assert added["registered"] and added["decomposed"]
+    explained = ok("series", "add", "daily", DAILY, "--home", home).stdout
+    assert "shared with last2" in explained  # the same filtered partial: one view
+    refused = invoke("series", "add", "daily", DAILY, "--home", home)
+    assert refused.exit_code == 1 and "--replace" in refused.output
+    bad = invoke("series", "add", "odd", "SELECT A FROM log", "--table", "log=log[1]",
+                 "--home", home)
+    assert bad.exit_code == 1 and "≤ 0" in bad.output
+    listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
+    assert {s["name"] for s in listed} == {"last2", "daily"}
+    ok("run", pipeline, "--home", home)
+    ingest(segments[3], 3)
+    ok("run", pipeline, "--home", home)
+
+    for n in (2, 3, 4):
+        out = ok("series", "show", "last2", "--occurrence", n, "--home", home,
+                 "--format", "jsonl").stdout
+        got = [json.loads(line) for line in out.splitlines()]
+        assert canon(got) == canon(duckdb_answer(WEEKLY, {"log": range(n - 1, n + 1)},
+                                                 segments)), n
+    daily = ok("series", "show", "daily", "--home", home, "--format", "jsonl").stdout
+    assert canon([json.loads(line) for line in daily.splitlines()]) == canon(
+        duckdb_answer(DAILY, {"log": range(4, 5)}, segments))
+    assert "merge (⊗) the 2 partial(s)" in ok("series", "explain", "last2", "--home",
+                                              home).stdout
+    ok("series", "drop", "daily", "--home", home)
+    listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
+    assert [s["name"] for s in listed] == ["last2"]
+    missing = invoke("series", "explain", "daily", "--home", home)
+    assert missing.exit_code == 1 and "no series 'daily'" in missing.output
