@@ -114,7 +114,8 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
 
 
 @app.command()
-def explain(name: Annotated[str, typer.Argument(help="A registered series.")],
+def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
+                                                 help="A registered series.")],
             home: HomeOption, json_out: JsonOption = False) -> None:
     """How a series runs: the views it keeps per segment, which it shares with other
     series on its stream, and what each occurrence merges or joins."""
@@ -131,7 +132,8 @@ def explain(name: Annotated[str, typer.Argument(help="A registered series.")],
 
 @app.command("show")
 def show_(
-    name: Annotated[str, typer.Argument(help="A registered series.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
+                                                 help="A registered series.")],
     home: HomeOption,
     occurrence: Annotated[int | None, typer.Option(
         help="The occurrence whose newest segment is N (default: the newest one).")] = None,
@@ -145,7 +147,8 @@ def show_(
 
 
 @app.command()
-def drop(name: Annotated[str, typer.Argument(help="A registered series.")],
+def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
+                                                 help="A registered series.")],
          home: HomeOption) -> None:
     """Stop answering a series (its stored answers stay; views only it read are
     collected after the next run)."""
