@@ -130,19 +130,22 @@ class SeriesProgram(StageProgram):
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         cached: list[DataFrame] = []
         try:
-            new_views = self._compute_views(ctx, n, segments, stored, cached)
-            views = _merged(stored, new_views)
             due = [s for s in self.series if self.plans[s.name].schedule.due(n)]
+            fresh = self._view_frames(ctx, n, segments, stored, due, cached)
+            root = ctx.layout.program_dir(VIEWS)
+            keep = {key for key, v in fresh.items() if self._last_reader(key[0], key[1]) > n}
+            paths = {(fp, j): fs.join(root, fp, f"s{j:08d}-{ctx.token}") for fp, j in keep}
+            writes = [functools.partial(write_parquet, fresh[key][1], paths[key])
+                      for key in sorted(keep)]
             answered, skipped = [], []
-            writes = []
             for s in due:
                 plan = self.plans[s.name]
-                if not _window_present(plan, n, views):
+                if not _window_present(plan, n, stored, fresh):
                     skipped.append(s.name)
                     continue
-                read = functools.partial(self._read_views, spark, views)
-                out = occurrence(plan, n, read, spark)
-                writes.append(functools.partial(self._write_answer, s.name, out,
+                read = functools.partial(self._read_views, spark, stored, fresh)
+                writes.append(functools.partial(self._write_answer, s.name,
+                                                occurrence(plan, n, read, spark),
                                                 ctx.output_dir(s.name)))
                 answered.append(s.name)
             run_all(spark, writes)
@@ -150,66 +153,85 @@ class SeriesProgram(StageProgram):
             for d in cached:
                 d.unpersist()
             set_confs(spark, previous)
+        written: dict[str, dict[str, dict]] = {}
+        for (fp, j), path in paths.items():
+            written.setdefault(fp, {})[str(j)] = _increment(path).to_json()
         outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
-        kept = self._still_read(views, n)
-        state = {"segment": n, "views": kept}
-        metrics = {"views_written": sum(len(v) for v in new_views.values()),
+        state = {"segment": n, "views": self._still_read(_merged(stored, written), n)}
+        metrics = {"views_computed": len(fresh), "views_written": len(paths),
                    "answered": answered, "skipped": skipped,
                    "segment_bytes": segments[n].bytes}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
-    def _compute_views(self, ctx: EpochContext, n: int, segments: Mapping[int, Increment],
-                       stored: Mapping[str, Mapping[str, dict]], cached: list[DataFrame]
-                       ) -> dict[str, dict[str, dict]]:
-        """The views this epoch must add: the new segment's for every series that will
-        read it, and older kept segments' that a due occurrence needs and nobody made."""
+    def _view_frames(self, ctx: EpochContext, n: int, segments: Mapping[int, Increment],
+                     stored: Mapping[str, Mapping[str, dict]], due: Sequence[Series],
+                     cached: list[DataFrame]) -> dict[tuple[str, int], tuple[View, DataFrame]]:
+        """The views this epoch computes, as DataFrames: the new segment's for every series
+        that will read it, and older kept segments' that a due occurrence needs and nobody
+        made. Each segment is scanned once (cached when several views read it), and a view
+        used twice (stored and read now, or read by two occurrences) is cached too."""
         wanted: dict[tuple[str, int], View] = {}
+        uses: dict[tuple[str, int], int] = {}
         for plan in self.plans.values():
+            sched = plan.schedule
             for v in plan.view_list():
-                sched = plan.schedule
-                if sched.last_reader(n, v.table) >= n:
+                if sched.last_reader(n, v.table) > n:
                     wanted[(v.fingerprint, n)] = v
-                if sched.due(n):
-                    for j in sched.window(n)[v.table]:
-                        if j in segments and str(j) not in stored.get(v.fingerprint, {}):
-                            wanted[(v.fingerprint, j)] = v
-        frames: dict[int, DataFrame] = {}
+                    uses[(v.fingerprint, n)] = 1
+        for s in due:
+            plan = self.plans[s.name]
+            for v in plan.view_list():
+                for j in plan.schedule.window(n)[v.table]:
+                    key = (v.fingerprint, j)
+                    if j in segments and str(j) not in stored.get(v.fingerprint, {}):
+                        wanted[key] = v
+                        uses[key] = uses.get(key, 0) + 1
+        scans: dict[int, DataFrame] = {}
         for _, j in wanted:
-            if j not in frames:
-                frames[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
+            if j not in scans:
+                scans[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
                     else ctx.spark.createDataFrame([], _spark_schema(self.columns))
-        for j, d in frames.items():  # a shared scan: read once, every view from the cache
+        for j, d in scans.items():  # a shared scan: read once, every view from the cache
             if sum(1 for _, k in wanted if k == j) > 1:
-                frames[j] = d.persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(frames[j])
-        root = ctx.layout.program_dir(VIEWS)
-        paths = {(fp, j): fs.join(root, fp, f"s{j:08d}-{ctx.token}") for fp, j in wanted}
-        run_all(ctx.spark, [functools.partial(write_parquet, view_of_segment(v, frames[j]),
-                                              paths[(fp, j)])
-                            for (fp, j), v in sorted(wanted.items(), key=lambda kv: kv[0])])
-        out: dict[str, dict[str, dict]] = {}
-        for (fp, j), path in paths.items():
-            out.setdefault(fp, {})[str(j)] = _increment(path).to_json()
-        return out
+                scans[j] = d.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(scans[j])
+        frames = {}
+        for key, v in wanted.items():
+            d = view_of_segment(v, scans[key[1]])
+            if uses[key] > 1:
+                d = d.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(d)
+            frames[key] = (v, d)
+        return frames
+
+    def _last_reader(self, fingerprint: str, segment: int) -> int:
+        """The newest segment of the last occurrence of any series reading the view."""
+        return max((p.schedule.last_reader(segment, v.table) for p in self.plans.values()
+                    for v in p.view_list() if v.fingerprint == fingerprint), default=0)
 
     def _still_read(self, views: Mapping[str, Mapping[str, dict]], n: int
                     ) -> dict[str, dict[str, dict]]:
         """The views some registered series reads at an occurrence after ``n``."""
         keep: dict[str, dict[str, dict]] = {}
         for fp, by_segment in views.items():
-            readers = [(p.schedule, v.table) for p in self.plans.values()
-                       for v in p.view_list() if v.fingerprint == fp]
             for j, entry in by_segment.items():
-                if any(s.last_reader(int(j), t) > n for s, t in readers):
+                if self._last_reader(fp, int(j)) > n:
                     keep.setdefault(fp, {})[j] = entry
         return keep
 
-    def _read_views(self, spark: SparkSession, views: Mapping[str, Mapping[str, dict]],
-                    view: View, window: range) -> DataFrame:
-        files = [f for j in window for f in views[view.fingerprint][str(j)]["files"]]
+    def _read_views(self, spark: SparkSession, stored: Mapping[str, Mapping[str, dict]],
+                    fresh: Mapping[tuple[str, int], tuple[View, DataFrame]], view: View,
+                    window: range) -> DataFrame:
+        """The views of ``window``: computed this epoch (in memory) or stored (files)."""
+        fp = view.fingerprint
+        parts = [fresh[(fp, j)][1] for j in window if (fp, j) in fresh]
+        files = [f for j in window if (fp, j) not in fresh for f in stored[fp][str(j)]["files"]]
         if files:
-            return spark.read.parquet(*files)
-        return view_of_segment(view, spark.createDataFrame([], _spark_schema(self.columns)))
+            parts.append(spark.read.parquet(*files))
+        if not parts:
+            empty = spark.createDataFrame([], _spark_schema(self.columns))
+            return view_of_segment(view, empty)
+        return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
     def _write_answer(self, name: str, out: DataFrame, out_dir: str) -> None:
         schema = parse_ddl(self.output_ddl(name))
@@ -258,11 +280,11 @@ def _merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, di
     return out
 
 
-def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]]
-                    ) -> bool:
+def _window_present(plan: SeriesPlan, n: int, stored: Mapping[str, Mapping[str, dict]],
+                    fresh: Mapping[tuple[str, int], Any]) -> bool:
     window = plan.schedule.window(n)
-    return all(str(j) in views.get(v.fingerprint, {}) for v in plan.view_list()
-               for j in window[v.table])
+    return all((v.fingerprint, j) in fresh or str(j) in stored.get(v.fingerprint, {})
+               for v in plan.view_list() for j in window[v.table])
 
 
 
