@@ -37,7 +37,9 @@ def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for seg in segments:
             _ingest(c, tmp_path, seg)
-        c.run()
+        reports = c.run()
+        # one jumbo pass per segment computes the partial views (one scan, one exchange)
+        assert all(r.metrics["views_in_jumbo_pass"] >= 3 for r in reports), reports
         checked = 0
         for s in series:
             plan = program.plans[s.name]

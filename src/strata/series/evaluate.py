@@ -11,7 +11,7 @@ subplan share them; :func:`occurrence` puts it back.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -59,6 +59,74 @@ def view_of_segment(view: View, segment: DataFrame) -> DataFrame:
         return lift(group_plan(view.node, view.monoids), rows(view.node.child, segment))
     d = rows(view.node, segment)
     return d.select(*[F.col(f"`{c}`").alias(_strip(c, view.prefix)) for c in d.columns])
+
+
+def jumbo_eligible(view: View) -> bool:
+    """Whether a view can be computed in a segment's jumbo pass: a partial aggregate
+    without multiset parts (``count(DISTINCT)`` groups by its values as well)."""
+    return view.kind == "partial" and all(
+        p.kind != "multiset" for p in group_plan(view.node, view.monoids).parts)
+
+
+def jumbo_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
+    """The partial views of one segment in one pass: one scan of the segment, one
+    exchange for all of them (the jumbo query of the segment).
+
+    Each row of the segment becomes one row per view whose filter it passes (like
+    Spark's ``Expand`` for grouping sets), tagged ``_b`` with the view's index; one
+    group-by on ``_b`` and the views' keys computes every view's monoid parts. Rows:
+    ``_b``, ``k<i>`` (view *i*'s group key, NULL in other views' rows) and
+    ``b<i>__<part>``; :func:`jumbo_branch` reads one view back from them."""
+    prefixes = sorted({v.prefix for v in views})
+    cols = segment.columns
+    base = segment.select(*[F.col(f"`{c}`").alias(p + c) for p in prefixes for c in cols],
+                          F.lit(1).cast("bigint").alias(MULT))
+    never = F.lit(False)
+    fields: list[list[tuple[str, Column]]] = []  # per view: its key and values over base
+    wheres: list[Column] = []
+    aggs: list[Column] = []
+    for i, v in enumerate(views):
+        node = v.node
+        assert isinstance(node, GroupBy)
+        where, defs = _row_exprs(node.child)
+        keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
+            F.lit(0).alias("_t")]
+        fields.append([(f"k{i}", F.struct(*keys)),
+                       *[(f"b{i}__{c}", F.expr(sql)) for c, sql in defs.items()]])
+        wheres.append(F.expr(where) if where else F.lit(True))
+        renamed = {c: f"`b{i}__{c}`" for c in defs}
+        aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}")
+                 for p in group_plan(node, v.monoids).parts]
+    branches = []
+    for i in range(len(views)):
+        row = [F.lit(i).alias("_b"), F.col(MULT)]
+        for j, group in enumerate(fields):  # other views' columns: NULLs of their types
+            row += [(c if j == i else F.when(never, c)).alias(n) for n, c in group]
+        branches.append(F.when(wheres[i], F.struct(*row)))
+    expanded = base.select(F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull())))
+    keys = [f"k{i}" for i in range(len(views))]
+    return expanded.groupBy("_b", *keys).agg(*aggs)
+
+
+def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:
+    """View ``index`` of a jumbo pass's rows, as :func:`view_of_segment` gives it."""
+    parts = group_plan(view.node, view.monoids).parts
+    return stored.select(F.col(f"k{index}").alias("_g"),
+                         *[F.col(f"`b{index}__{p.name}`").alias(p.name) for p in parts])
+
+
+def _row_exprs(node: Node) -> tuple[str | None, dict[str, str]]:
+    """A scan under maps as SQL over the scan's columns: its filter and its columns."""
+    if isinstance(node, Scan):
+        return None, {c: f"`{c}`" for c in node.columns}
+    assert isinstance(node, Map), node
+    where, defs = _row_exprs(node.child)
+    if node.where is not None:
+        cond = bind(to_sql(node.where), defs)
+        where = f"({where}) AND ({cond})" if where else cond
+    if node.outputs is not None:
+        defs = {n: bind(to_sql(e), defs) for n, e in node.outputs}
+    return where, defs
 
 
 def _strip(name: str, prefix: str) -> str:

@@ -30,7 +30,13 @@ from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
-from strata.series.evaluate import occurrence, view_of_segment
+from strata.series.evaluate import (
+    jumbo_branch,
+    jumbo_eligible,
+    jumbo_partials,
+    occurrence,
+    view_of_segment,
+)
 from strata.series.normalize import SeriesPlan, View, plan_series
 from strata.series.windows import Schedule, Segments
 from strata.storage import fs
@@ -129,53 +135,67 @@ class SeriesProgram(StageProgram):
         spark = ctx.spark
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         cached: list[DataFrame] = []
+        root = ctx.layout.program_dir(VIEWS)
         try:
             due = [s for s in self.series if self.plans[s.name].schedule.due(n)]
-            fresh = self._view_frames(ctx, n, segments, stored, due, cached)
-            root = ctx.layout.program_dir(VIEWS)
-            keep = {key for key, v in fresh.items() if self._last_reader(key[0], key[1]) > n}
-            paths = {(fp, j): fs.join(root, fp, f"s{j:08d}-{ctx.token}") for fp, j in keep}
-            writes = [functools.partial(write_parquet, fresh[key][1], paths[key])
-                      for key in sorted(keep)]
-            answered, skipped = [], []
+            wanted, uses = self._wanted(n, segments, stored, due)
+            jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
+                     if key[1] == n and jumbo_eligible(v)]
+            jumbo = jumbo if len(jumbo) > 1 else []
+            fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
+                                                       if k not in jumbo}, uses, cached)
+            keep = {k for k in fresh if self._last_reader(*k) > n}
+            paths = {(fp, j): fs.join(root, f"s{j:08d}-{ctx.token}", fp) for fp, j in keep}
+            writes = [functools.partial(write_parquet, fresh[k][1], paths[k])
+                      for k in sorted(keep)]
+            jumbo_dir = fs.join(root, f"s{n:08d}-{ctx.token}-jumbo")
+            if jumbo:
+                segment = spark.read.parquet(*segments[n].files) if segments[n].files \
+                    else spark.createDataFrame([], _spark_schema(self.columns))
+                pass_ = jumbo_partials([wanted[k] for k in jumbo], segment)
+                writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
+            run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
+            written: dict[str, dict[str, dict]] = {}
+            for (fp, j), path in paths.items():
+                written.setdefault(fp, {})[str(j)] = _increment(path).to_json()
+            for i, (fp, j) in enumerate(jumbo):
+                entry = _increment(fs.join(jumbo_dir, f"_b={i}")).to_json()
+                written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}
+            views = _merged(stored, written)
+            answered, skipped, answers = [], [], []
             for s in due:
                 plan = self.plans[s.name]
-                if not _window_present(plan, n, stored, fresh):
+                if not _window_present(plan, n, views, fresh):
                     skipped.append(s.name)
                     continue
-                read = functools.partial(self._read_views, spark, stored, fresh)
-                writes.append(functools.partial(self._write_answer, s.name,
-                                                occurrence(plan, n, read, spark),
-                                                ctx.output_dir(s.name)))
+                read = functools.partial(self._read_views, spark, views, fresh)
+                answers.append(functools.partial(self._write_answer, s.name,
+                                                 occurrence(plan, n, read, spark),
+                                                 ctx.output_dir(s.name)))
                 answered.append(s.name)
-            run_all(spark, writes)
+            run_all(spark, answers)
         finally:
             for d in cached:
                 d.unpersist()
             set_confs(spark, previous)
-        written: dict[str, dict[str, dict]] = {}
-        for (fp, j), path in paths.items():
-            written.setdefault(fp, {})[str(j)] = _increment(path).to_json()
         outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
-        state = {"segment": n, "views": self._still_read(_merged(stored, written), n)}
-        metrics = {"views_computed": len(fresh), "views_written": len(paths),
-                   "answered": answered, "skipped": skipped,
-                   "segment_bytes": segments[n].bytes}
+        state = {"segment": n, "views": self._still_read(views, n)}
+        metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
+                   "views_written": len(paths) + len(jumbo), "answered": answered,
+                   "skipped": skipped, "segment_bytes": segments[n].bytes}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
-    def _view_frames(self, ctx: EpochContext, n: int, segments: Mapping[int, Increment],
-                     stored: Mapping[str, Mapping[str, dict]], due: Sequence[Series],
-                     cached: list[DataFrame]) -> dict[tuple[str, int], tuple[View, DataFrame]]:
-        """The views this epoch computes, as DataFrames: the new segment's for every series
-        that will read it, and older kept segments' that a due occurrence needs and nobody
-        made. Each segment is scanned once (cached when several views read it), and a view
-        used twice (stored and read now, or read by two occurrences) is cached too."""
+    def _wanted(self, n: int, segments: Mapping[int, Increment],
+                stored: Mapping[str, Mapping[str, dict]], due: Sequence[Series]
+                ) -> tuple[dict[tuple[str, int], View], dict[tuple[str, int], int]]:
+        """The views this epoch computes, with how many times each is used: the new
+        segment's for every series that reads it later, and those a due occurrence reads
+        that nobody stored (of the new segment, or of a kept one for a new series)."""
         wanted: dict[tuple[str, int], View] = {}
         uses: dict[tuple[str, int], int] = {}
         for plan in self.plans.values():
-            sched = plan.schedule
             for v in plan.view_list():
-                if sched.last_reader(n, v.table) > n:
+                if plan.schedule.last_reader(n, v.table) > n:
                     wanted[(v.fingerprint, n)] = v
                     uses[(v.fingerprint, n)] = 1
         for s in due:
@@ -186,12 +206,20 @@ class SeriesProgram(StageProgram):
                     if j in segments and str(j) not in stored.get(v.fingerprint, {}):
                         wanted[key] = v
                         uses[key] = uses.get(key, 0) + 1
+        return wanted, uses
+
+    def _plain_frames(self, ctx: EpochContext, segments: Mapping[int, Increment],
+                      wanted: Mapping[tuple[str, int], View],
+                      uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
+                      ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
+        """Views outside a jumbo pass, as DataFrames: a segment several of them read is
+        scanned once (cached), and a view used twice is cached too."""
         scans: dict[int, DataFrame] = {}
         for _, j in wanted:
             if j not in scans:
                 scans[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
                     else ctx.spark.createDataFrame([], _spark_schema(self.columns))
-        for j, d in scans.items():  # a shared scan: read once, every view from the cache
+        for j, d in scans.items():
             if sum(1 for _, k in wanted if k == j) > 1:
                 scans[j] = d.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(scans[j])
@@ -222,12 +250,16 @@ class SeriesProgram(StageProgram):
     def _read_views(self, spark: SparkSession, stored: Mapping[str, Mapping[str, dict]],
                     fresh: Mapping[tuple[str, int], tuple[View, DataFrame]], view: View,
                     window: range) -> DataFrame:
-        """The views of ``window``: computed this epoch (in memory) or stored (files)."""
+        """The views of ``window``: computed this epoch (in memory) or stored (files, of
+        the view alone or of a segment's jumbo pass)."""
         fp = view.fingerprint
         parts = [fresh[(fp, j)][1] for j in window if (fp, j) in fresh]
-        files = [f for j in window if (fp, j) not in fresh for f in stored[fp][str(j)]["files"]]
+        entries = [stored[fp][str(j)] for j in window if (fp, j) not in fresh]
+        files = [f for e in entries if "branch" not in e for f in e["files"]]
         if files:
             parts.append(spark.read.parquet(*files))
+        parts += [jumbo_branch(view, e["branch"], spark.read.parquet(*e["files"]))
+                  for e in entries if "branch" in e and e["files"]]
         if not parts:
             empty = spark.createDataFrame([], _spark_schema(self.columns))
             return view_of_segment(view, empty)
@@ -256,15 +288,20 @@ class SeriesProgram(StageProgram):
 
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
-        live = {fs.join(layout.program_dir(VIEWS), fp, f.rsplit("/", 2)[-2])
-                for fp, by_segment in _views_of(keep).items()
+        """Views live in ``views/<segment and attempt>/<view>/``: delete the view
+        directories ``keep`` does not reference, then attempt directories left empty."""
+        live = {f.rsplit("/", 1)[0] for by_segment in _views_of(keep).values()
                 for e in by_segment.values() for f in e["files"]}
         root = layout.program_dir(VIEWS)
-        for fp in fs.list_dir(root):
-            for name in fs.list_dir(fs.join(root, fp)):
-                path = fs.join(root, fp, name)
-                if path not in live:
-                    fs.delete_quietly(path)
+        for attempt in fs.list_dir(root):
+            top = fs.join(root, attempt)
+            views = fs.list_dir(top)
+            dead = [v for v in views if fs.join(top, v) not in live]
+            if len(dead) == len(views):
+                fs.delete_quietly(top)
+            else:
+                for v in dead:
+                    fs.delete_quietly(fs.join(top, v))
 
 
 def _views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
@@ -280,10 +317,10 @@ def _merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, di
     return out
 
 
-def _window_present(plan: SeriesPlan, n: int, stored: Mapping[str, Mapping[str, dict]],
+def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
                     fresh: Mapping[tuple[str, int], Any]) -> bool:
     window = plan.schedule.window(n)
-    return all((v.fingerprint, j) in fresh or str(j) in stored.get(v.fingerprint, {})
+    return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
                for v in plan.view_list() for j in window[v.table])
 
 
