@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+import sqlglot
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
 from strata.queries.errors import QueryError
@@ -91,12 +93,15 @@ def jumbo_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
         where, defs = _row_exprs(node.child)
         keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
             F.lit(0).alias("_t")]
+        parts = group_plan(node, v.monoids).parts
+        used = {c.name for p in parts for c in sqlglot.parse_one(p.lift, read="spark")
+                .find_all(exp.Column)}
+        defs = {c: sql for c, sql in defs.items() if c in used}  # only what the lifts read
         fields.append([(f"k{i}", F.struct(*keys)),
                        *[(f"b{i}__{c}", F.expr(sql)) for c, sql in defs.items()]])
         wheres.append(F.expr(where) if where else F.lit(True))
         renamed = {c: f"`b{i}__{c}`" for c in defs}
-        aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}")
-                 for p in group_plan(node, v.monoids).parts]
+        aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}") for p in parts]
     branches = []
     for i in range(len(views)):
         row = [F.lit(i).alias("_b"), F.col(MULT)]

@@ -139,8 +139,10 @@ class SeriesProgram(StageProgram):
         try:
             due = [s for s in self.series if self.plans[s.name].schedule.due(n)]
             wanted, uses = self._wanted(n, segments, stored, due)
+            # the new segment's stored views share one pass; a view read only now is
+            # cheaper in memory than written with the others and read back
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
-                     if key[1] == n and jumbo_eligible(v)]
+                     if key[1] == n and jumbo_eligible(v) and self._last_reader(*key) > n]
             jumbo = jumbo if len(jumbo) > 1 else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
@@ -212,17 +214,14 @@ class SeriesProgram(StageProgram):
                       wanted: Mapping[tuple[str, int], View],
                       uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
                       ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
-        """Views outside a jumbo pass, as DataFrames: a segment several of them read is
-        scanned once (cached), and a view used twice is cached too."""
+        """Views outside a jumbo pass, as DataFrames; a view used twice is cached. Each
+        reads its segment's columns itself: a cached segment is read back in full, which
+        costs more than a pruned Parquet scan of the few columns a view needs."""
         scans: dict[int, DataFrame] = {}
         for _, j in wanted:
             if j not in scans:
                 scans[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
                     else ctx.spark.createDataFrame([], _spark_schema(self.columns))
-        for j, d in scans.items():
-            if sum(1 for _, k in wanted if k == j) > 1:
-                scans[j] = d.persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(scans[j])
         frames = {}
         for key, v in wanted.items():
             d = view_of_segment(v, scans[key[1]])
