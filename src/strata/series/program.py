@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
@@ -157,6 +158,7 @@ class SeriesProgram(StageProgram):
                 pass_ = jumbo_partials([wanted[k] for k in jumbo], segment)
                 writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
+            crashpoint("series-after-views")
             written: dict[str, dict[str, dict]] = {}
             for (fp, j), path in paths.items():
                 written.setdefault(fp, {})[str(j)] = _increment(path).to_json()

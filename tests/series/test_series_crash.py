@@ -1,0 +1,59 @@
+"""kill -9 inside the series stage's epochs: after recovery every occurrence equals
+DuckDB's answer, each is delivered once, and no view file is left that the manifest does
+not name.
+
+A chain of worker processes runs the series pipeline (:mod:`tests.recovery.series_pipeline`)
+over one home, each killed with SIGKILL at a crash point: after a jumbo pass wrote the
+views of a segment (before any answer), before the manifest, between the manifest and
+``CURRENT``, and after the commit before the catalog applied it. This process finishes."""
+
+from __future__ import annotations
+
+import time
+
+from strata.controller import Controller
+from strata.series import series_stage_name
+from strata.storage import fs
+from strata.storage.home import Home
+from strata.storage.manifest import StateDir
+from tests.recovery import series_pipeline
+from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
+from tests.series.clicklog import canon, duckdb_answer
+
+PIPELINE = "tests.recovery.series_pipeline"
+POINTS = ["series-after-views:2", "before-manifest:2", "between-manifest-and-current:2",
+          "after-spark-commit:1"]
+
+
+def test_kill_9_inside_series_epochs(spark, tmp_path):
+    home = tmp_path / "home"
+    ingest_all(home, PIPELINE)
+    logs = []
+    for point in POINTS:
+        t0 = time.perf_counter()
+        rc, out, err = run_worker(home, crash=point, pipeline=PIPELINE, jvm_options=QUICK_JVM)
+        assert rc == -9, f"{point}: rc={rc}\n{err[-2000:]}"
+        logs.append(f"killed at {point} after {time.perf_counter() - t0:.1f} s: "
+                    + ", ".join(line for line in out.splitlines() if line.startswith("epoch")))
+    stage = series_stage_name("log")
+    segments = series_pipeline.segments()
+    with Controller(home, series_pipeline.build_dataflow(), spark=spark,
+                    num_partitions=2) as c:
+        c.run()
+        assert not c.catalog.unapplied()
+        assert c.catalog.stage_row(stage).epochs == len(segments), logs
+        program = c.dataflow.stages[stage].program
+        for s in series_pipeline.SERIES:
+            schedule = program.plans[s.name].schedule
+            stored = [e for e, _ in c.stored_increments(s.name)]
+            assert stored == schedule.occurrences(range(1, len(segments) + 1)), (s.name, logs)
+            for n in stored:
+                want = duckdb_answer(s.sql, schedule.window(n), segments)
+                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+        snap = StateDir(Home(c.home).stage(stage)).current()
+        named = {f.rsplit("/", 1)[0] for by_segment in snap.state["views"].values()
+                 for e in by_segment.values() for f in e["files"]}
+        root = Home(c.home).stage(stage).program_dir("views")
+        on_disk = {fs.join(root, a, v) for a in fs.list_dir(root)
+                   for v in fs.list_dir(fs.join(root, a))}
+        assert on_disk == named, (sorted(on_disk ^ named), logs)
