@@ -1,0 +1,82 @@
+"""Random series definitions over random segments (hypothesis): every occurrence, from
+views computed per segment (alone or in a jumbo pass with the other series' views),
+equals DuckDB's answer of the same SQL over the raw segments of its window."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strata.queries.sql import parse_sql
+from strata.series.evaluate import (
+    jumbo_branch,
+    jumbo_eligible,
+    jumbo_partials,
+    occurrence,
+    view_of_segment,
+)
+from strata.series.normalize import plan_series
+from strata.series.windows import Schedule, Segments
+from tests.series.clicklog import COLUMNS, canon, duckdb_answer, segment
+
+AGGREGATES = ["count(*)", "sum(B)", "min(E)", "max(A)", "avg(E)", "count(DISTINCT C)",
+              "max(D) - min(D)"]
+FILTERS = ["", "WHERE A <> 'gb'", "WHERE B < 4 AND C <> 'x'", "WHERE E > 5.0"]
+KEYS = ["A", "C", "D"]
+SEGMENTS = 5
+
+
+@st.composite
+def series(draw):
+    keys = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=2))
+    aggs = draw(st.lists(st.sampled_from(AGGREGATES), unique=True, min_size=1, max_size=3))
+    where = draw(st.sampled_from(FILTERS))
+    last = draw(st.integers(1, 3))
+    offset = draw(st.integers(-1, 0))
+    period = draw(st.integers(1, 2))
+    cols = [*keys, *(f"{a} AS v{i}" for i, a in enumerate(aggs))]
+    group = f" GROUP BY {', '.join(keys)}" if keys else ""
+    having = draw(st.sampled_from(["", " HAVING count(*) > 1"])) if keys else ""
+    sql = f"SELECT {', '.join(cols)} FROM log {where}{group}{having}"
+    spec = f"log[{offset - last + 1}:{offset}]"
+    return sql, spec, period
+
+
+def _frames(spark, seed):
+    rng = random.Random(seed)
+    tables = [segment(rng, rng.choice([0, 3, 25])) for _ in range(SEGMENTS)]
+    return tables, [spark.createDataFrame(t.to_pandas(), schema=", ".join(
+        f"{c} {t}" for c, t in COLUMNS.items())) for t in tables]
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(defs=st.lists(series(), min_size=2, max_size=3), seed=st.integers(0, 10_000))
+def test_random_series_equal_duckdb(spark, defs, seed):
+    tables, frames = _frames(spark, seed)
+    plans = [(plan_series(parse_sql(sql, {"log": COLUMNS}),
+                          Schedule({"log": Segments.parse(spec)}, period), COLUMNS), sql)
+             for sql, spec, period in defs]
+    views = {v.fingerprint: v for p, _ in plans for v in p.view_list()}
+    stored = {}
+    for j, seg in enumerate(frames, 1):
+        eligible = [v for v in views.values() if jumbo_eligible(v)]
+        if len(eligible) > 1:  # the jumbo pass, as the series stage runs it
+            jumbo = jumbo_partials(eligible, seg).localCheckpoint()
+            for i, v in enumerate(eligible):
+                stored[(v.fingerprint, j)] = jumbo_branch(v, i, jumbo.where(f"_b = {i}"))
+        for v in views.values():
+            stored.setdefault((v.fingerprint, j), view_of_segment(v, seg))
+
+    def read(view, window):
+        parts = [stored[(view.fingerprint, j)] for j in window]
+        return functools.reduce(lambda a, b: a.unionByName(b), parts)
+
+    for plan, sql in plans:
+        for n in plan.schedule.occurrences(range(1, SEGMENTS + 1)):
+            got = [r.asDict(recursive=True) for r in occurrence(plan, n, read, spark).collect()]
+            want = duckdb_answer(sql, plan.schedule.window(n), tables)
+            assert canon(got) == canon(want), (sql, n)
