@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -194,3 +195,59 @@ def _print_explain(program, name: str, json_out: bool, registered: bool) -> None
                       f"run PIPELINE --home HOME` answers it; `strata series show "
                       f"{escape(name)} --home HOME` prints the newest answer")
 
+
+
+@app.command()
+def simulate(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", exists=True, dir_okay=False,
+                                          help="A trace (JSON; `strata series trace` "
+                                               "writes one).")],
+    json_out: JsonOption = False,
+) -> None:
+    """Replay a trace of query series with the real planner and report the bytes read and
+    written with and without sharing (sizes from the trace: an analytic model)."""
+    import json
+
+    from strata.series.simulate import simulate as run
+
+    with output.reported():
+        try:
+            data = json.loads(trace.read_text())
+        except json.JSONDecodeError as e:
+            raise StrataError(f"{trace}: not JSON ({e})") from None
+        result = run(data)
+        if json_out:
+            typer.echo(output.dumps(result))
+            return
+        raw, shared = result["without_sharing"], result["with_sharing"]
+        t = Table(title=f"{result['series']} series on {result['streams']} streams, "
+                        f"{result['days']} segments each", title_justify="left")
+        for c in ("", "read", "written", "total"):
+            t.add_column(c)
+        for name, io in (("without sharing", raw), ("with sharing", shared)):
+            t.add_row(name, output.size(int(io["read"])), output.size(int(io["written"])),
+                      output.size(int(io["read"] + io["written"])))
+        console = output.out()
+        console.print(t)
+        console.print(f"I/O saved by sharing: {result['io_saving']:.1%} "
+                      f"({result['views_written']:,} views written)")
+
+
+@app.command()
+def trace(
+    out: Annotated[Path, typer.Argument(metavar="OUT", dir_okay=False,
+                                        help="Where to write the trace (JSON).")],
+    series: Annotated[int, typer.Option(min=1, help="How many series.")] = 1000,
+    streams: Annotated[int, typer.Option(min=1, help="How many streams.")] = 50,
+    days: Annotated[int, typer.Option(min=1, help="Segments per stream.")] = 28,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+) -> None:
+    """Write a synthetic trace shaped like the paper's: power-law stream popularity, 75%
+    recurring series (67% daily, 15% weekly), windows of 1-7 segments."""
+    import json
+
+    from strata.series.simulate import generate_trace
+
+    with output.reported():
+        out.write_text(json.dumps(generate_trace(series, streams, days, seed), indent=1))
+        output.out().print(f"wrote {escape(str(out))} ({series} series on {streams} streams)")
