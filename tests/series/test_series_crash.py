@@ -50,10 +50,16 @@ def test_kill_9_inside_series_epochs(spark, tmp_path):
             for n in stored:
                 want = duckdb_answer(s.sql, schedule.window(n), segments)
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
-        snap = StateDir(Home(c.home).stage(stage)).current()
-        named = {f.rsplit("/", 1)[0] for by_segment in snap.state["views"].values()
+        layout = Home(c.home).stage(stage)
+        snap = StateDir(layout).current()
+        named = {f for by_segment in snap.state["views"].values()
                  for e in by_segment.values() for f in e["files"]}
-        root = Home(c.home).stage(stage).program_dir("views")
-        on_disk = {fs.join(root, a, v) for a in fs.list_dir(root)
-                   for v in fs.list_dir(fs.join(root, a))}
+        assert named, logs
+        root = layout.program_dir("views")  # jumbo passes: views/<attempt>/_b=<i>/<file>
+        on_disk = {fs.join(root, a, v, f) for a in fs.list_dir(root)
+                   for v in fs.list_dir(fs.join(root, a))
+                   for f in fs.list_dir(fs.join(root, a, v))}
+        on_disk |= {fs.join(layout.table_dir(t), f) for t in fs.list_dir(layout.tables_root)
+                    for f in fs.list_dir(layout.table_dir(t))}  # co-located views
         assert on_disk == named, (sorted(on_disk ^ named), logs)
+        assert not fs.list_dir(layout.staging_dir()), logs

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
@@ -31,6 +32,7 @@ from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
+from strata.queries.tables import QueryTables
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
@@ -45,7 +47,8 @@ from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, write_table
 from strata.storage.manifest import StateSnapshot
 
-VIEWS = "views"  # the program's directory under state/<stage>/
+VIEWS = "views"  # the jumbo passes' directory under state/<stage>/ (tables/: the rest)
+SEGMENT = "_s"  # the segment number of a view's rows in its co-located table
 
 
 @dataclass(frozen=True)
@@ -147,10 +150,16 @@ class SeriesProgram(StageProgram):
             jumbo = jumbo if len(jumbo) > 1 else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
-            keep = {k for k in fresh if self._last_reader(*k) > n}
-            paths = {(fp, j): fs.join(root, f"s{j:08d}-{ctx.token}", fp) for fp, j in keep}
-            writes = [functools.partial(write_parquet, fresh[k][1], paths[k])
-                      for k in sorted(keep)]
+            # stored views are co-located: appended to a table per view, bucketed by the
+            # group key, so that merging a window's views does not shuffle them again
+            tables = QueryTables(spark, ctx.layout, _tables(stored), ctx.num_partitions,
+                                 ctx.token)
+            keep = sorted(k for k in fresh if self._last_reader(*k) > n)
+            for fp, j in keep:
+                view, frame = fresh[(fp, j)]
+                tables.stage(fp, frame.withColumn(SEGMENT, F.lit(j)),
+                             ["_g"] if view.kind == "partial" else [], "append")
+            writes = tables.writes()
             jumbo_dir = fs.join(root, f"s{n:08d}-{ctx.token}-jumbo")
             if jumbo:
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
@@ -160,8 +169,13 @@ class SeriesProgram(StageProgram):
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
             written: dict[str, dict[str, dict]] = {}
-            for (fp, j), path in paths.items():
-                written.setdefault(fp, {})[str(j)] = _increment(path).to_json()
+            for (fp, j), staged in zip(keep, tables.staged, strict=True):
+                files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
+                         for f in staged.files]  # where commit_files moves them
+                written.setdefault(fp, {})[str(j)] = {
+                    "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
+                    "records": _rows(staged.files), "ddl": staged.ddl,
+                    "bucketed": bool(staged.lineage)}
             for i, (fp, j) in enumerate(jumbo):
                 entry = _increment(fs.join(jumbo_dir, f"_b={i}")).to_json()
                 written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}
@@ -172,12 +186,13 @@ class SeriesProgram(StageProgram):
                 if not _window_present(plan, n, views, fresh):
                     skipped.append(s.name)
                     continue
-                read = functools.partial(self._read_views, spark, views, fresh)
+                read = functools.partial(self._read_views, spark, tables, views, fresh)
                 answers.append(functools.partial(self._write_answer, s.name,
                                                  occurrence(plan, n, read, spark),
                                                  ctx.output_dir(s.name)))
                 answered.append(s.name)
             run_all(spark, answers)
+            tables.commit_files()
         finally:
             for d in cached:
                 d.unpersist()
@@ -185,7 +200,7 @@ class SeriesProgram(StageProgram):
         outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
         state = {"segment": n, "views": self._still_read(views, n)}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
-                   "views_written": len(paths) + len(jumbo), "answered": answered,
+                   "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
@@ -248,19 +263,21 @@ class SeriesProgram(StageProgram):
                     keep.setdefault(fp, {})[j] = entry
         return keep
 
-    def _read_views(self, spark: SparkSession, stored: Mapping[str, Mapping[str, dict]],
+    def _read_views(self, spark: SparkSession, tables: QueryTables,
+                    stored: Mapping[str, Mapping[str, dict]],
                     fresh: Mapping[tuple[str, int], tuple[View, DataFrame]], view: View,
                     window: range) -> DataFrame:
-        """The views of ``window``: computed this epoch (in memory) or stored (files, of
-        the view alone or of a segment's jumbo pass)."""
+        """The views of ``window``: computed this epoch (in memory), in the view's
+        co-located table, or in a segment's jumbo pass."""
         fp = view.fingerprint
         parts = [fresh[(fp, j)][1] for j in window if (fp, j) in fresh]
-        entries = [stored[fp][str(j)] for j in window if (fp, j) not in fresh]
-        files = [f for e in entries if "branch" not in e for f in e["files"]]
-        if files:
-            parts.append(spark.read.parquet(*files))
+        entries = {j: stored[fp][str(j)] for j in window if (fp, j) not in fresh}
+        in_table = [j for j, e in entries.items() if "branch" not in e and e["files"]]
+        table = tables.read(fp) if in_table else None
+        if table is not None:
+            parts.append(table.where(F.col(SEGMENT).isin(in_table)).drop(SEGMENT))
         parts += [jumbo_branch(view, e["branch"], spark.read.parquet(*e["files"]))
-                  for e in entries if "branch" in e and e["files"]]
+                  for e in entries.values() if "branch" in e and e["files"]]
         if not parts:
             empty = spark.createDataFrame([], _spark_schema(self.columns))
             return view_of_segment(view, empty)
@@ -289,15 +306,24 @@ class SeriesProgram(StageProgram):
 
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
-        """Views live in ``views/<segment and attempt>/<view>/``: delete the view
-        directories ``keep`` does not reference, then attempt directories left empty."""
-        live = {f.rsplit("/", 1)[0] for by_segment in _views_of(keep).values()
-                for e in by_segment.values() for f in e["files"]}
+        """Delete view files ``keep`` does not name: in the co-located tables
+        (``tables/<view>/``), and the jumbo passes' directories
+        (``views/<segment and attempt>/_b=<i>/``)."""
+        live = {f for by_segment in _views_of(keep).values() for e in by_segment.values()
+                for f in e["files"]}
+        for table in fs.list_dir(layout.tables_root):
+            for name in fs.list_dir(layout.table_dir(table)):
+                if fs.join(layout.table_dir(table), name) not in live:
+                    fs.delete_quietly(fs.join(layout.table_dir(table), name))
+            if not fs.list_dir(layout.table_dir(table)):
+                fs.delete_quietly(layout.table_dir(table))
+        fs.delete_quietly(layout.staging_dir())
+        dirs = {f.rsplit("/", 1)[0] for f in live}
         root = layout.program_dir(VIEWS)
         for attempt in fs.list_dir(root):
             top = fs.join(root, attempt)
             views = fs.list_dir(top)
-            dead = [v for v in views if fs.join(top, v) not in live]
+            dead = [v for v in views if fs.join(top, v) not in dirs]
             if len(dead) == len(views):
                 fs.delete_quietly(top)
             else:
@@ -308,6 +334,25 @@ class SeriesProgram(StageProgram):
 def _views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
     """fingerprint -> segment (as text: JSON keys) -> the view's files, rows and bytes."""
     return snap.state.get("views", {}) if snap.state else {}
+
+
+def _tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
+    """The co-located table of each view, as :class:`QueryTables` reads it: all its
+    stored segments' files."""
+    out: dict[str, dict] = {}
+    for fp, by_segment in views.items():
+        for e in by_segment.values():
+            if "branch" in e:
+                continue
+            t = out.setdefault(fp, {"files": [], "ddl": e["ddl"],
+                                    "lineage": ["_g"] if e["bucketed"] else []})
+            t["files"] += e["files"]
+    return out
+
+
+def _rows(files: Sequence[str]) -> int:
+    return sum(pq.read_metadata(path, filesystem=fsys).num_rows
+               for fsys, path in map(fs.resolve, files))
 
 
 def _merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, dict]]
