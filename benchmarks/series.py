@@ -13,7 +13,10 @@ Three configurations run the same series over the same segments:
 * ``original``: each occurrence as plain Spark SQL over the raw segments of its window;
 * ``logical``: normalization (per-segment views, merged per occurrence), each series its
   own strata stage (its own scan of each segment);
-* ``full``: one strata stage for the stream (one scan per segment, views shared).
+* ``full``: one strata stage for the stream (views shared between series and stored
+  bucketed by their key, so merging a window's views shuffles nothing more);
+* ``full_shared_scan``: the same with the jumbo pass (the new segment's stored views in
+  one job: one scan, one exchange).
 
 and, as a peer, ``cache_by_hand``: Spark SQL per occurrence with the day's segment (and
 yesterday's) ``cache()``d by hand and shared by the three queries.
@@ -139,7 +142,7 @@ def run_original(spark, metrics, files: list[str], tmp: Path, cache_by_hand: boo
 
 
 def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[str]],
-               partitions: int) -> tuple[list, dict]:
+               partitions: int, shared_scan: bool = False) -> tuple[list, dict]:
     """The series in ``groups``: each group one stream stage in a home of its own."""
     from strata import Dataflow
     from strata.controller import Controller
@@ -149,7 +152,8 @@ def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[s
     for i, names in enumerate(groups):
         df = Dataflow(f"clicks-{i}")
         df.source("log", DDL)
-        add_series(df, "log", [Series(nm, *SERIES[nm]) for nm in names])
+        add_series(df, "log", [Series(nm, *SERIES[nm]) for nm in names],
+                   shared_scan=shared_scan)
         controllers.append(Controller(str(home / f"h{i}"), df, spark=spark,
                                       num_partitions=partitions))
     days = []
@@ -160,9 +164,9 @@ def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[s
             t0 = time.perf_counter()
             driver_written = 0
             with metrics.measure(f"strata-{n}") as m:
-                for c, names in zip(controllers, groups, strict=True):
+                for c in controllers:
                     for report in c.run():
-                        driver_written += _driver_written(c, names, report.epoch)
+                        driver_written += report.metrics["driver_bytes_written"]
             days.append({"day": n, "seconds": round(time.perf_counter() - t0, 3),
                          "segment_bytes": os.path.getsize(files[n - 1]),
                          **io_of(m, driver_written)})
@@ -172,12 +176,6 @@ def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[s
         for c in controllers:
             c.close()
     return days, answers
-
-
-def _driver_written(controller, names: list[str], epoch: int) -> int:
-    """Answer files the driver wrote with pyarrow (Spark's output metrics miss them)."""
-    return sum(inc.bytes for nm in names for e, inc in controller.stored_increments(nm)
-               if e == epoch)
 
 
 def check_answers(files: list[str], answers: dict) -> bool:
@@ -292,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         log("full")
         runs["full"], answers = run_strata(spark, metrics, files, tmp / "full", [list(SERIES)],
                                            args.partitions)
+        log("full with a shared scan")
+        runs["full_shared_scan"], _ = run_strata(spark, metrics, files, tmp / "shared",
+                                                 [list(SERIES)], args.partitions, True)
         log("cache by hand")
         runs["cache_by_hand"] = run_original(spark, metrics, files, tmp, cache_by_hand=True)
         answers_ok = check_answers(files, answers)

@@ -26,7 +26,7 @@ SEGMENTS = 5
 def build_dataflow() -> Dataflow:
     df = Dataflow("seriescrash")
     df.source("log", DDL)
-    add_series(df, "log", SERIES)
+    add_series(df, "log", SERIES, shared_scan=True)
     return df
 
 

@@ -20,10 +20,10 @@ def _ingest(c, tmp_path, seg):
     c.ingest("log", [str(path)])
 
 
-def _dataflow(series):
+def _dataflow(series, shared_scan=False):
     df = Dataflow("clicks")
     df.source("log", DDL)
-    add_series(df, "log", series)
+    add_series(df, "log", series, shared_scan=shared_scan)
     return df
 
 
@@ -31,7 +31,7 @@ def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
     rng = random.Random(7)
     segments = [segment(rng, rng.choice([0, 6, 30])) for _ in range(6)]
     series = [Series(name, sql, tables, period) for name, sql, tables, period in SERIES]
-    df = _dataflow(series)
+    df = _dataflow(series, shared_scan=True)
     stage = series_stage_name("log")
     program = df.stages[stage].program
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:

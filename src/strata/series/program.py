@@ -96,14 +96,17 @@ class SeriesProgram(StageProgram):
 
     kind = "series"
 
-    def __init__(self, stream: str, columns: Mapping[str, str], series: Sequence[Series]
-                 ) -> None:
+    def __init__(self, stream: str, columns: Mapping[str, str], series: Sequence[Series],
+                 shared_scan: bool = False) -> None:
         names = [s.name for s in series]
         if len(set(names)) != len(names):
             raise StrataError(f"series names repeat on stream {stream!r}: {names}")
         self.stream = stream
         self.columns = dict(columns)  # the stream's columns -> Spark types
         self.series = tuple(series)
+        # the jumbo pass: off by default, it measured more shuffle than it saved in scans
+        # (docs/series.md, "Measured")
+        self.shared_scan = shared_scan
         self._plans: dict[str, SeriesPlan] | None = None
         self.plans  # noqa: B018  (parse now: a bad series fails at registration)
 
@@ -147,7 +150,7 @@ class SeriesProgram(StageProgram):
             # cheaper in memory than written with the others and read back
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
                      if key[1] == n and jumbo_eligible(v) and self._last_reader(*key) > n]
-            jumbo = jumbo if len(jumbo) > 1 else []
+            jumbo = jumbo if len(jumbo) > 1 and self.shared_scan else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
             # stored views are co-located: appended to a table per view, bucketed by the
@@ -169,6 +172,7 @@ class SeriesProgram(StageProgram):
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
             written: dict[str, dict[str, dict]] = {}
+            driver_bytes = 0
             for (fp, j), staged in zip(keep, tables.staged, strict=True):
                 files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
                          for f in staged.files]  # where commit_files moves them
@@ -176,11 +180,14 @@ class SeriesProgram(StageProgram):
                     "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
                     "records": _rows(staged.files), "ddl": staged.ddl,
                     "bucketed": bool(staged.lineage)}
+                if staged.rows is not None:  # an append small enough for the driver
+                    driver_bytes += written[fp][str(j)]["bytes"]
             for i, (fp, j) in enumerate(jumbo):
                 entry = _increment(fs.join(jumbo_dir, f"_b={i}")).to_json()
                 written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}
             views = _merged(stored, written)
             answered, skipped, answers = [], [], []
+            driver_answers: set[str] = set()
             for s in due:
                 plan = self.plans[s.name]
                 if not _window_present(plan, n, views, fresh):
@@ -189,7 +196,7 @@ class SeriesProgram(StageProgram):
                 read = functools.partial(self._read_views, spark, tables, views, fresh)
                 answers.append(functools.partial(self._write_answer, s.name,
                                                  occurrence(plan, n, read, spark),
-                                                 ctx.output_dir(s.name)))
+                                                 ctx.output_dir(s.name), driver_answers))
                 answered.append(s.name)
             run_all(spark, answers)
             tables.commit_files()
@@ -201,7 +208,10 @@ class SeriesProgram(StageProgram):
         state = {"segment": n, "views": self._still_read(views, n)}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
                    "views_written": len(keep) + len(jumbo), "answered": answered,
-                   "skipped": skipped, "segment_bytes": segments[n].bytes}
+                   "skipped": skipped, "segment_bytes": segments[n].bytes,
+                   # files the driver wrote (small views, answers): Spark does not count them
+                   "driver_bytes_written": driver_bytes + sum(
+                       o.bytes for name, o in outputs.items() if name in driver_answers)}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
     def _wanted(self, n: int, segments: Mapping[int, Increment],
@@ -283,11 +293,13 @@ class SeriesProgram(StageProgram):
             return view_of_segment(view, empty)
         return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
-    def _write_answer(self, name: str, out: DataFrame, out_dir: str) -> None:
+    def _write_answer(self, name: str, out: DataFrame, out_dir: str,
+                      by_driver: set[str]) -> None:
         schema = parse_ddl(self.output_ddl(name))
         table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
         if table.num_rows <= DRIVER_ROWS:
             write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(schema))
+            by_driver.add(name)
         else:
             write_parquet(out, out_dir)
 
