@@ -57,6 +57,10 @@ def test_series_from_the_cli(spark, tmp_path):
         duckdb_answer(DAILY, {"log": range(4, 5)}, segments))
     assert "merge (⊗) the 2 partial(s)" in ok("series", "explain", "last2", "--home",
                                               home).stdout
+    stage = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
+    assert stage["stage"] == "log_series" and stage["epochs"] == 4
+    assert stage["summary"].startswith("segments 1–4 of the stream read")
+    assert "log_series: segments 1–4" in ok("status", "--home", home).stdout
     ok("series", "drop", "daily", "--home", home)
     listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
     assert [s["name"] for s in listed] == ["last2"]

@@ -382,6 +382,9 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
             t.add_row(s["stage"], kind or "—", str(s["epochs"]), output.size(s["state_bytes"]),
                       str(s["partitions"] or "—"), output.when(s["last_run"]))
         console.print(t)
+        for s in info["stages"]:
+            if s["summary"]:
+                console.print(Text(f"{s['stage']}: {s['summary']}"))
         t = Table(title="queued input (per flow and consuming stage)", title_justify="left")
         for col in ("flow", "consumer", "increments", "records", "not yet framed",
                     "open frame"):

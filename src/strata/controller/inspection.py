@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
-from strata.physical.program import read_answer, read_state
+from strata.physical.program import program_class, read_answer, read_state
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
@@ -40,6 +40,8 @@ def collect_status(home: Home) -> dict[str, Any]:
                 "state_bytes": snap.state_bytes, "kind": snap.kind or None,
                 "mode": snap.state.get("mode"), "partitions": snap.num_partitions or None,
                 "last_run": row.last_run, "waiting_since": row.waiting_since,
+                "summary": program_class(snap).summary(home.stage(name), snap)
+                if snap.epoch else None,
             })
         connectors = []
         for flow, consumer in catalog.connectors():

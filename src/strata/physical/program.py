@@ -116,6 +116,12 @@ class StageProgram(ABC):
         """The size on disk of the state that ``state`` describes."""
 
     @classmethod
+    def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
+        """One line about the committed state for ``strata status`` (None: nothing to say
+        beyond its size)."""
+        return None
+
+    @classmethod
     def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
         """The stage's current answer, for kinds that keep one (a query's result)."""
         raise StrataError(f"stage {snap.stage!r} is a {snap.kind or cls.kind} stage: it keeps "

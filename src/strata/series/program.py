@@ -312,6 +312,17 @@ class SeriesProgram(StageProgram):
                 for j, e in sorted(by_segment.items(), key=lambda kv: int(kv[0]))]
 
     @classmethod
+    def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
+        """The stream's segments read, and the segments whose views are kept."""
+        n = snap.state.get("segment", snap.epoch)
+        kept = sorted({int(j) for by_segment in _views_of(snap).values() for j in by_segment})
+        views = sum(len(v) for v in _views_of(snap).values())
+        span = "none" if not kept else (f"segment {kept[0]}" if len(kept) == 1
+                                        else f"segments {kept[0]}–{kept[-1]}")
+        return (f"segments 1–{n} of the stream read; {views} view(s) kept, of {span}"
+                if n else None)
+
+    @classmethod
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
         return sum(e["bytes"] for by_segment in state.get("views", {}).values()
                    for e in by_segment.values())
