@@ -31,7 +31,7 @@ def test_series_from_the_cli(spark, tmp_path):
     for i, seg in enumerate(segments[:3]):  # stored before the series exist: backfilled
         ingest(seg, i)
     added = json.loads(ok("series", "add", "last2", WEEKLY, "--table", "log=log[-1:0]",
-                          "--home", home, "--json").stdout)
+                          "--plan", "views", "--home", home, "--json").stdout)
     assert added["registered"] and added["decomposed"]
     explained = ok("series", "add", "daily", DAILY, "--home", home).stdout
     assert "shared with last2" in explained  # the same filtered partial: one view
@@ -55,8 +55,12 @@ def test_series_from_the_cli(spark, tmp_path):
     daily = ok("series", "show", "daily", "--home", home, "--format", "jsonl").stdout
     assert canon([json.loads(line) for line in daily.splitlines()]) == canon(
         duckdb_answer(DAILY, {"log": range(4, 5)}, segments))
-    assert "merge (⊗) the 2 partial(s)" in ok("series", "explain", "last2", "--home",
-                                              home).stdout
+    explained = ok("series", "explain", "last2", "--home", home).stdout
+    assert "merge (⊗) the 2 partial(s)" in explained
+    assert "plan at segment 4: views (forced by the series)" in explained
+    daily = json.loads(ok("series", "explain", "daily", "--home", home, "--json").stdout)
+    assert daily["plan"] in ("views", "raw")  # the cost model's, with both estimates
+    assert set(daily["estimates"]) == {"views", "raw"}
     stage = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
     assert stage["stage"] == "log_series" and stage["epochs"] == 4
     assert stage["summary"].startswith("segments 1–4 of the stream read")

@@ -13,6 +13,7 @@ from rich.text import Text
 from strata.cli import output
 from strata.cli.commands import HomeOption, JsonOption, _catalog, _existing_home, show
 from strata.model.errors import StrataError
+from strata.storage.home import Home
 
 app = typer.Typer(
     name="series",
@@ -39,6 +40,10 @@ def add(
     period: Annotated[int, typer.Option(
         min=1, help="Answer every N segments (7 for a weekly query over daily segments).")
                       ] = 1,
+    plan: Annotated[Literal["auto", "views", "raw"], typer.Option(
+        help="views: keep per-segment partial results and merge them; raw: aggregate the "
+             "window's segments again at each occurrence; auto: the cheaper by the cost "
+             "model, from the statistics of earlier segments.")] = "auto",
     replace: Annotated[bool, typer.Option(
         "--replace", help="Replace the series registered under NAME.")] = False,
     dry_run: Annotated[bool, typer.Option(
@@ -57,7 +62,7 @@ def add(
                 raise StrataError(f"--table {t!r}: write TABLE=STREAM, TABLE=STREAM[-1] or "
                                   "TABLE=STREAM[-6:0]")
             tables[key.strip()] = spec.strip()
-        new = Series(name, sql, tables, period)
+        new = Series(name, sql, tables, period, plan)
         catalog = _catalog(_existing_home(home))
         try:
             stream = registry.stream_of(new, list(catalog.flows()))
@@ -123,12 +128,19 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
     from strata.series import registry
 
     with output.reported():
-        catalog = _catalog(_existing_home(home))
+        from strata.series import series_stage_name
+        from strata.storage.manifest import StateDir
+
+        root = _existing_home(home)
+        catalog = _catalog(root)
         try:
             program, _ = registry.find(catalog, name)
         finally:
             catalog.close()
-        _print_explain(program, name, json_out, registered=True)
+        snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
+        choice = (snap.state or {}).get("choices", {}).get(name)
+        _print_explain(program, name, json_out, registered=True, choice=choice,
+                       epoch=snap.epoch)
 
 
 @app.command("show")
@@ -172,11 +184,14 @@ def _columns(catalog, stream: str) -> dict[str, str]:
     return {f.name: type_ddl(f.type) for f in parse_ddl(catalog.flows()[stream]["schema"])}
 
 
-def _print_explain(program, name: str, json_out: bool, registered: bool) -> None:
+def _print_explain(program, name: str, json_out: bool, registered: bool,
+                   choice: dict | None = None, epoch: int = 0) -> None:
     from strata.series.normalize import explain as explain_plan
 
-    plan = program.plans[name]
+    plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
+        program.plans[name]
     lines = explain_plan(plan)
+    lines += _choice_lines(choice, epoch)
     shared = {v.fingerprint: [s.name for s in program.series if s.name != name and any(
         w.fingerprint == v.fingerprint for w in program.plans[s.name].view_list())]
         for v in plan.view_list()}
@@ -185,6 +200,8 @@ def _print_explain(program, name: str, json_out: bool, registered: bool) -> None
     if json_out:
         typer.echo(output.dumps({"name": name, "stream": program.stream,
                                  "registered": registered, "explain": lines,
+                                 "plan": choice["plan"] if choice else "views",
+                                 "estimates": choice["estimates"] if choice else {},
                                  "decomposed": plan.decomposed,
                                  "columns": plan.query.root.columns}))
         return
@@ -251,3 +268,18 @@ def trace(
     with output.reported():
         out.write_text(json.dumps(generate_trace(series, streams, days, seed), indent=1))
         output.out().print(f"wrote {escape(str(out))} ({series} series on {streams} streams)")
+
+
+def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
+    """What the cost model chose at the stream's last epoch, with its estimates."""
+    if not choice:
+        return ["plan: views (the cost model chooses once segments have been read)"]
+    how = "forced by the series" if choice.get("forced") else "the cost model's choice"
+    lines = [f"plan at segment {epoch}: {choice['plan']} ({how})"]
+    for plan, est in sorted(choice["estimates"].items()):
+        lines.append(f"  {plan}: estimated I/O per period {output.size(est['io'])} (read "
+                     f"{output.size(est['read'])}, shuffled {output.size(est['shuffled'])}, "
+                     f"written {output.size(est['written'])})")
+    if not choice["estimates"]:
+        lines.append("  (no statistics of its views yet)")
+    return lines

@@ -63,21 +63,24 @@ class SeriesPlan:
     schedule: Schedule
     views: dict[int, View] = field(default_factory=dict)  # id(node) -> the view it is
     notes: list[str] = field(default_factory=list)
+    raw: bool = False  # occurrences aggregate their window's rows (no partial views)
 
     @property
     def decomposed(self) -> bool:
         """Whether every view is a partial aggregate or feeds maps only (no view's rows
         are joined or grouped at the occurrence)."""
-        return not any("does not decompose" in n for n in self.notes)
+        return not self.raw and not any("does not decompose" in n for n in self.notes)
 
     def view_list(self) -> list[View]:
         return sorted(self.views.values(), key=lambda v: (v.table, v.fingerprint))
 
 
-def plan_series(query: Query, schedule: Schedule, stream_columns: Mapping[str, str]
-                ) -> SeriesPlan:
-    """Cut ``query`` (over the tables of ``schedule``) into views and the rest."""
-    plan = SeriesPlan(query, schedule)
+def plan_series(query: Query, schedule: Schedule, stream_columns: Mapping[str, str],
+                raw: bool = False) -> SeriesPlan:
+    """Cut ``query`` (over the tables of ``schedule``) into views and the rest. With
+    ``raw``, no partial aggregates are kept: each occurrence aggregates its window's rows
+    (the plan that reads the raw window again, for when views cost more than they save)."""
+    plan = SeriesPlan(query, schedule, raw=raw)
     root = normalize(query.root)
     plan.query = Query(root, query.order_by, query.limit)
     unknown = {s.flow for s in _scans(root)} - set(schedule.tables)
@@ -103,13 +106,16 @@ def _cut(node: Node, plan: SeriesPlan) -> None:
     """Cut the highest subtrees that decompose (top-down: the first found is maximal)."""
     if isinstance(node, Nearest):
         raise QueryError("a nearest join cannot run in a query series")
-    if isinstance(node, GroupBy) and _rows_subtree(node.child):
+    if isinstance(node, GroupBy) and _rows_subtree(node.child) and not plan.raw:
         plan.views[id(node)] = _view("partial", node, plan)
         return
     if _rows_subtree(node):
         plan.views[id(node)] = _view("rows", node, plan)
         return
-    if isinstance(node, GroupBy):
+    if isinstance(node, GroupBy) and plan.raw and _rows_subtree(node.child):
+        plan.notes.append(f"{node}: each occurrence aggregates the rows of its window "
+                          "(read again from the kept segments)")
+    elif isinstance(node, GroupBy):
         spans = {t: len(plan.schedule.tables[t].indices(0)) for t in
                  {s.flow for s in _scans(node)}}
         plan.notes.append(
@@ -163,6 +169,7 @@ def explain(plan: SeriesPlan) -> list[str]:
             lines.append(f"occurrence: merge (⊗) the {n} partial(s) of {v.table}, then "
                          "answer (a)")
     lines += [f"occurrence: {n}" for n in plan.notes]
-    lines.append("decomposes into per-segment views" if plan.decomposed
+    lines.append("reads its raw window at each occurrence" if plan.raw
+                 else "decomposes into per-segment views" if plan.decomposed
                  else "does not fully decompose (see above)")
     return lines

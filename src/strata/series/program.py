@@ -33,6 +33,7 @@ from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
+from strata.series.cost import choose, updated
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
@@ -61,6 +62,12 @@ class Series:
     sql: str
     tables: Mapping[str, str]
     period: int = 1
+    plan: str = "auto"  # views | raw | auto: the cost model picks (strata.series.cost)
+
+    def __post_init__(self) -> None:
+        if self.plan not in ("auto", "views", "raw"):
+            raise StrataError(f"series {self.name!r}: plan must be auto, views or raw, not "
+                              f"{self.plan!r}")
 
     def schedule(self, stream: str, tables: Sequence[str]) -> Schedule:
         runs = {t: Segments.parse(self.tables.get(t, t)) for t in tables}
@@ -71,7 +78,8 @@ class Series:
         return Schedule(runs, self.period)
 
 
-def plan_of(series: Series, stream: str, columns: Mapping[str, str]) -> SeriesPlan:
+def plan_of(series: Series, stream: str, columns: Mapping[str, str], raw: bool = False
+            ) -> SeriesPlan:
     """Parse and normalize ``series`` over ``stream`` (whose columns are ``columns``)."""
     import sqlglot
     from sqlglot import exp
@@ -88,7 +96,7 @@ def plan_of(series: Series, stream: str, columns: Mapping[str, str]) -> SeriesPl
                           f"does not read (it reads {tables})")
     schedule = series.schedule(stream, tables)
     return plan_series(parse_sql(series.sql, dict.fromkeys(tables, dict(columns))),
-                       schedule, columns)
+                       schedule, columns, raw)
 
 
 class SeriesProgram(StageProgram):
@@ -108,16 +116,43 @@ class SeriesProgram(StageProgram):
         # (docs/series.md, "Measured")
         self.shared_scan = shared_scan
         self._plans: dict[str, SeriesPlan] | None = None
+        self._raw_plans: dict[str, SeriesPlan] | None = None
+        self._active: dict[str, SeriesPlan] | None = None
         self.plans  # noqa: B018  (parse now: a bad series fails at registration)
 
     def __getstate__(self) -> dict:  # plans key views by node identity: rebuilt on load
-        return {**self.__dict__, "_plans": None}
+        return {**self.__dict__, "_plans": None, "_raw_plans": None, "_active": None}
 
     @property
     def plans(self) -> dict[str, SeriesPlan]:
+        """Each series' normalized plan (per-segment views)."""
         if self._plans is None:
             self._plans = {s.name: plan_of(s, self.stream, self.columns) for s in self.series}
         return self._plans
+
+    @property
+    def raw_plans(self) -> dict[str, SeriesPlan]:
+        """Each series' plan that aggregates its raw window at every occurrence."""
+        if getattr(self, "_raw_plans", None) is None:
+            self._raw_plans = {s.name: plan_of(s, self.stream, self.columns, raw=True)
+                               for s in self.series}
+        return self._raw_plans
+
+    def choices(self, stats: Mapping[str, Any]) -> dict[str, dict]:
+        """Per series: the plan it runs with (``views`` or ``raw``), and the cost model's
+        estimates when it had statistics to choose with."""
+        out = {}
+        for s in self.series:
+            plan, est = choose(self.plans[s.name], stats.get("columns", {}),
+                               stats.get("views", {}))
+            out[s.name] = {"plan": plan if s.plan == "auto" else s.plan, "estimates": est,
+                           "forced": s.plan != "auto"}
+        return out
+
+    @property
+    def active(self) -> dict[str, SeriesPlan]:
+        """The plans this epoch runs (all normalized until :meth:`run` chooses)."""
+        return getattr(self, "_active", None) or self.plans
 
     def output_ddl(self, name: str) -> str:
         cols = self.plans[name].query.root.columns
@@ -143,8 +178,12 @@ class SeriesProgram(StageProgram):
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         cached: list[DataFrame] = []
         root = ctx.layout.program_dir(VIEWS)
+        stats = ctx.committed.state.get("stats", {}) if ctx.committed.state else {}
+        choices = self.choices(stats)
+        self._active = {name: self.raw_plans[name] if c["plan"] == "raw" else self.plans[name]
+                        for name, c in choices.items()}
         try:
-            due = [s for s in self.series if self.plans[s.name].schedule.due(n)]
+            due = [s for s in self.series if self.active[s.name].schedule.due(n)]
             wanted, uses = self._wanted(n, segments, stored, due)
             # the new segment's stored views share one pass; a view read only now is
             # cheaper in memory than written with the others and read back
@@ -189,7 +228,7 @@ class SeriesProgram(StageProgram):
             answered, skipped, answers = [], [], []
             driver_answers: set[str] = set()
             for s in due:
-                plan = self.plans[s.name]
+                plan = self.active[s.name]
                 if not _window_present(plan, n, views, fresh):
                     skipped.append(s.name)
                     continue
@@ -205,7 +244,12 @@ class SeriesProgram(StageProgram):
                 d.unpersist()
             set_confs(spark, previous)
         outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
-        state = {"segment": n, "views": self._still_read(views, n)}
+        state = {"segment": n, "views": self._still_read(views, n), "choices": choices,
+                 "stats": {"columns": updated(stats.get("columns", {}),
+                                              _column_bytes(segments[n])),
+                           "views": updated(stats.get("views", {}), {
+                               fp: e[str(n)]["bytes"] for fp, e in written.items()
+                               if str(n) in e and "branch" not in e[str(n)]})}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
                    "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
@@ -222,13 +266,13 @@ class SeriesProgram(StageProgram):
         that nobody stored (of the new segment, or of a kept one for a new series)."""
         wanted: dict[tuple[str, int], View] = {}
         uses: dict[tuple[str, int], int] = {}
-        for plan in self.plans.values():
+        for plan in self.active.values():
             for v in plan.view_list():
-                if plan.schedule.last_reader(n, v.table) > n:
+                if not plan.raw and plan.schedule.last_reader(n, v.table) > n:
                     wanted[(v.fingerprint, n)] = v
                     uses[(v.fingerprint, n)] = 1
         for s in due:
-            plan = self.plans[s.name]
+            plan = self.active[s.name]
             for v in plan.view_list():
                 for j in plan.schedule.window(n)[v.table]:
                     key = (v.fingerprint, j)
@@ -260,7 +304,8 @@ class SeriesProgram(StageProgram):
 
     def _last_reader(self, fingerprint: str, segment: int) -> int:
         """The newest segment of the last occurrence of any series reading the view."""
-        return max((p.schedule.last_reader(segment, v.table) for p in self.plans.values()
+        return max((p.schedule.last_reader(segment, v.table) for p in self.active.values()
+                    if not p.raw
                     for v in p.view_list() if v.fingerprint == fingerprint), default=0)
 
     def _still_read(self, views: Mapping[str, Mapping[str, dict]], n: int
@@ -370,6 +415,20 @@ def _tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
             t = out.setdefault(fp, {"files": [], "ddl": e["ddl"],
                                     "lineage": ["_g"] if e["bucketed"] else []})
             t["files"] += e["files"]
+    return out
+
+
+def _column_bytes(segment: Increment) -> dict[str, float]:
+    """Compressed bytes per column of a segment, from its Parquet footers."""
+    out: dict[str, float] = {}
+    for fsys, path in map(fs.resolve, segment.files):
+        meta = pq.read_metadata(path, filesystem=fsys)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                col = group.column(c)
+                name = col.path_in_schema.split(".", 1)[0]
+                out[name] = out.get(name, 0.0) + col.total_compressed_size
     return out
 
 

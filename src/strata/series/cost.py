@@ -1,0 +1,133 @@
+"""The cost model: for each series, keep per-segment views or read the raw window again.
+
+Normalization pays when windows overlap (a daily series over the last seven segments
+aggregates each segment once instead of seven times) and costs when they do not (a
+weekly series over seven daily segments writes and reads back seven views it could have
+aggregated once). The planner estimates, per period of a series, the I/O (bytes read,
+shuffled and written) of both plans from statistics of earlier segments, and picks the
+cheaper:
+
+* ``C_v``: the compressed bytes of the columns view *v* reads, per segment (from the
+  segments' Parquet footers: what a pruned scan reads);
+* ``V_v``: the bytes of view *v* per segment (its stored files);
+* ``α``: shuffled bytes per byte of an aggregated view (``SHUFFLE_PER_VIEW_BYTE``).
+
+With ``w`` segments in the window and period ``p``, per period:
+
+* views: ``p·(C + α·V)`` to compute the new segments' views, ``p·V`` to write them when
+  an occurrence reads them later, and ``(w − 1)·V`` to read the stored ones;
+* raw: ``w·(C + α·V)``: each occurrence scans and aggregates its whole window.
+
+Only partial views differ between the plans (rows views and joins cost the same in
+both). Without statistics yet, a series keeps views. All of it is plain arithmetic over
+plain data (no Spark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from strata.queries.algebra import GroupBy, Map, Node, Scan
+from strata.series.normalize import SeriesPlan, View
+
+SHUFFLE_PER_VIEW_BYTE = 1.0  # α: a partial aggregate shuffles about its Parquet size
+EWMA = 0.5  # weight of the newest segment in the statistics
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated bytes per period of a series."""
+
+    read: float
+    shuffled: float
+    written: float
+
+    @property
+    def io(self) -> float:
+        return self.read + self.shuffled + self.written
+
+    def to_json(self) -> dict[str, float]:
+        return {"read": round(self.read), "shuffled": round(self.shuffled),
+                "written": round(self.written), "io": round(self.io)}
+
+
+def view_columns(view: View) -> set[str]:
+    """The stream columns a view reads (names without the table's prefix)."""
+    cols: set[str] = set()
+
+    def walk(node: Node) -> None:
+        exprs: list = []
+        if isinstance(node, GroupBy):
+            exprs += [e for _, e in node.keys] + [a.arg for a in node.aggs if a.arg is not None]
+        elif isinstance(node, Map):
+            exprs += ([node.where] if node.where is not None else [])
+            exprs += [e for _, e in node.outputs] if node.outputs is not None else []
+        elif isinstance(node, Scan):
+            return
+        for e in exprs:
+            cols.update(c.name for c in e.find_all(exp.Column))
+        for child in node.children:
+            walk(child)
+
+    walk(view.node)
+    prefix = view.prefix
+    return {c[len(prefix):] if prefix and c.startswith(prefix) else c for c in cols}
+
+
+def estimates(plan: SeriesPlan, column_bytes: Mapping[str, float],
+              view_bytes: Mapping[str, float]) -> Estimate | None:
+    """The I/O per period of ``plan``'s partial views kept (None without statistics)."""
+    sched = plan.schedule
+    read = shuffled = written = 0.0
+    for v in plan.view_list():
+        if v.kind != "partial":
+            continue
+        if v.fingerprint not in view_bytes:
+            return None
+        size = view_bytes[v.fingerprint]
+        scan = sum(column_bytes.get(c, 0.0) for c in view_columns(v))
+        w, p = len(sched.tables[v.table].indices(0)), sched.period
+        later = w > 1 or sched.tables[v.table].offset < 0  # some segment is read again
+        read += p * scan + (w - 1 if sched.tables[v.table].offset == 0 else w) * size
+        shuffled += p * SHUFFLE_PER_VIEW_BYTE * size
+        written += p * size if later else 0.0
+    return Estimate(read, shuffled, written)
+
+
+def raw_estimate(plan: SeriesPlan, column_bytes: Mapping[str, float],
+                 view_bytes: Mapping[str, float]) -> Estimate | None:
+    """The I/O per period of aggregating the raw window instead of ``plan``'s views."""
+    sched = plan.schedule
+    read = shuffled = 0.0
+    for v in plan.view_list():
+        if v.kind != "partial":
+            continue
+        if v.fingerprint not in view_bytes:
+            return None
+        w = len(sched.tables[v.table].indices(0))
+        read += w * sum(column_bytes.get(c, 0.0) for c in view_columns(v))
+        shuffled += w * SHUFFLE_PER_VIEW_BYTE * view_bytes[v.fingerprint]
+    return Estimate(read, shuffled, 0.0)
+
+
+def choose(plan: SeriesPlan, column_bytes: Mapping[str, float],
+           view_bytes: Mapping[str, float]) -> tuple[str, dict[str, dict[str, float]]]:
+    """``views`` or ``raw`` for the series of ``plan`` (its normalized plan), with the
+    estimates of both (empty without statistics: then ``views``)."""
+    kept, raw = estimates(plan, column_bytes, view_bytes), raw_estimate(
+        plan, column_bytes, view_bytes)
+    if kept is None or raw is None or not any(v.kind == "partial" for v in plan.view_list()):
+        return "views", {}
+    return ("raw" if raw.io < kept.io else "views",
+            {"views": kept.to_json(), "raw": raw.to_json()})
+
+
+def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
+    """Statistics with a new segment's figures folded in (an exponential average)."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = v if k not in out else EWMA * v + (1 - EWMA) * out[k]
+    return out

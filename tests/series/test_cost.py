@@ -1,0 +1,82 @@
+"""The cost model keeps views where windows overlap and reads the raw window where they
+do not, from statistics of earlier segments; a series runs under either plan with the
+same answers."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from strata import Dataflow
+from strata.controller import Controller
+from strata.queries.sql import parse_sql
+from strata.series import Series, add_series, series_stage_name
+from strata.series.cost import choose, view_columns
+from strata.series.normalize import plan_series
+from strata.series.windows import Schedule, Segments
+from tests.series.clicklog import COLUMNS, DDL, canon, duckdb_answer, segment
+
+SQL = "SELECT A, B, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B"
+
+
+def _plan(spec, period):
+    return plan_series(parse_sql(SQL, {"log": COLUMNS}),
+                       Schedule({"log": Segments.parse(spec)}, period), COLUMNS)
+
+
+def test_views_read_the_columns_of_their_filters_keys_and_aggregates():
+    [view] = _plan("log", 1).view_list()
+    assert view_columns(view) == {"A", "B", "E"}
+
+
+@pytest.mark.parametrize(("spec", "period", "view_bytes", "expected"), [
+    ("log[-6:0]", 7, 500.0, "raw"),    # tumbling week: views written and read back for nothing
+    ("log[-6:0]", 1, 500.0, "views"),  # sliding week: each segment aggregated once, not 7 times
+    ("log[-6:0]", 1, 20_000.0, "raw"),  # ... unless a view outweighs six scans of its columns
+    ("log", 1, 500.0, "views"),        # a daily series' view is never written: both cost alike
+])
+def test_choices(spec, period, view_bytes, expected):
+    plan = _plan(spec, period)
+    [view] = plan.view_list()
+    columns = {"A": 300.0, "B": 600.0, "E": 900.0, "C": 10_000.0}
+    got, estimates = choose(plan, columns, {view.fingerprint: view_bytes})
+    assert got == expected, estimates
+    assert estimates[got]["io"] <= min(e["io"] for e in estimates.values())
+
+
+def test_without_statistics_a_series_keeps_views():
+    assert choose(_plan("log[-6:0]", 7), {}, {}) == ("views", {})
+
+
+def test_raw_and_auto_plans_answer_as_views_do(spark, tmp_path):
+    rng = random.Random(9)
+    segments = [segment(rng, 40) for _ in range(6)]
+    series = [Series("raw3", SQL, {"log": "log[-2:0]"}, 3, plan="raw"),
+              Series("auto3", SQL.replace("E > 2.0", "E > 3.0"), {"log": "log[-2:0]"}, 3),
+              Series("views2", SQL, {"log": "log[-1:0]"}, 1, plan="views")]
+    df = Dataflow("clicks")
+    df.source("log", DDL)
+    add_series(df, "log", series)
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for i, seg in enumerate(segments):
+            pq.write_table(seg, tmp_path / f"s{i}.parquet")
+            c.ingest("log", [str(tmp_path / f"s{i}.parquet")])
+        c.run()
+        program = c.dataflow.stages[series_stage_name("log")].program
+        for s in series:
+            schedule = program.plans[s.name].schedule
+            for n, _ in c.stored_increments(s.name):
+                want = duckdb_answer(s.sql, schedule.window(n), segments)
+                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+        state = c.state_records(series_stage_name("log"))
+        stage = c.dataflow.stages[series_stage_name("log")]
+        choices = c.runner.committed(stage).state["choices"]  # those of the last epoch
+        assert choices["raw3"]["plan"] == "raw" and choices["raw3"]["forced"]
+        assert choices["auto3"]["plan"] == "raw"  # a tumbling window: raw is cheaper
+        assert choices["auto3"]["estimates"] and not choices["auto3"]["forced"]
+        assert choices["views2"]["plan"] == "views"
+        # views2 keeps its views; raw3 and auto3 keep none
+        kept = {r["view"] for r in state}
+        assert kept == {v.fingerprint for v in program.plans["views2"].view_list()}
