@@ -285,7 +285,7 @@ class SeriesProgram(StageProgram):
                       wanted: Mapping[tuple[str, int], View],
                       uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
                       ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
-        """Views outside a jumbo pass, as DataFrames; a view used twice is cached. Each
+        """Views outside a jumbo pass, as DataFrames; a partial view used twice is cached. Each
         reads its segment's columns itself: a cached segment is read back in full, which
         costs more than a pruned Parquet scan of the few columns a view needs."""
         scans: dict[int, DataFrame] = {}
@@ -296,7 +296,7 @@ class SeriesProgram(StageProgram):
         frames = {}
         for key, v in wanted.items():
             d = view_of_segment(v, scans[key[1]])
-            if uses[key] > 1:
+            if uses[key] > 1 and v.kind == "partial":  # rows: a pruned scan is cheaper
                 d = d.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(d)
             frames[key] = (v, d)
