@@ -31,6 +31,7 @@ def test_views_read_the_columns_of_their_filters_keys_and_aggregates():
     assert view_columns(view) == {"A", "B", "E"}
 
 
+# With shuffles of one byte per view byte either way (α = β = 1):
 @pytest.mark.parametrize(("spec", "period", "view_bytes", "expected"), [
     ("log[-6:0]", 7, 500.0, "raw"),    # tumbling week: views written and read back for nothing
     ("log[-6:0]", 1, 500.0, "views"),  # sliding week: each segment aggregated once, not 7 times
@@ -41,9 +42,20 @@ def test_choices(spec, period, view_bytes, expected):
     plan = _plan(spec, period)
     [view] = plan.view_list()
     columns = {"A": 300.0, "B": 600.0, "E": 900.0, "C": 10_000.0}
-    got, estimates = choose(plan, columns, {view.fingerprint: view_bytes})
+    got, estimates = choose(plan, columns, {view.fingerprint: view_bytes}, 1.0, 1.0)
     assert got == expected, estimates
     assert estimates[got]["io"] <= min(e["io"] for e in estimates.values())
+    # the tumbling week by the formulas: views 7·(1,800 + 500) + 7·500 + 6·500, raw 7·2,300
+    if (spec, period, view_bytes) == ("log[-6:0]", 7, 500.0):
+        assert (estimates["views"]["io"], estimates["raw"]["io"]) == (22_600, 16_100)
+
+
+def test_with_the_measured_shuffles_views_win_the_tumbling_week():
+    plan = _plan("log[-6:0]", 7)
+    [view] = plan.view_list()
+    got, estimates = choose(plan, {"A": 300.0, "B": 600.0, "E": 900.0},
+                            {view.fingerprint: 500.0})
+    assert got == "views", estimates  # raw aggregation shuffles 3 bytes per view byte
 
 
 def test_without_statistics_a_series_keeps_views():
@@ -74,9 +86,9 @@ def test_raw_and_auto_plans_answer_as_views_do(spark, tmp_path):
         stage = c.dataflow.stages[series_stage_name("log")]
         choices = c.runner.committed(stage).state["choices"]  # those of the last epoch
         assert choices["raw3"]["plan"] == "raw" and choices["raw3"]["forced"]
-        assert choices["auto3"]["plan"] == "raw"  # a tumbling window: raw is cheaper
+        assert choices["auto3"]["plan"] == "views"  # with the measured shuffle factors
         assert choices["auto3"]["estimates"] and not choices["auto3"]["forced"]
         assert choices["views2"]["plan"] == "views"
-        # views2 keeps its views; raw3 and auto3 keep none
+        # raw3 keeps no views (auto3's next window starts after segment 6)
         kept = {r["view"] for r in state}
         assert kept == {v.fingerprint for v in program.plans["views2"].view_list()}

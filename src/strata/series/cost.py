@@ -10,13 +10,21 @@ cheaper:
 * ``C_v``: the compressed bytes of the columns view *v* reads, per segment (from the
   segments' Parquet footers: what a pruned scan reads);
 * ``V_v``: the bytes of view *v* per segment (its stored files);
-* ``α``: shuffled bytes per byte of an aggregated view (``SHUFFLE_PER_VIEW_BYTE``).
+* ``α``: shuffled bytes per view byte when a segment's view is computed, and ``β``
+  when an occurrence aggregates a window of raw segments.
 
 With ``w`` segments in the window and period ``p``, per period:
 
 * views: ``p·(C + α·V)`` to compute the new segments' views, ``p·V`` to write them when
   an occurrence reads them later, and ``(w − 1)·V`` to read the stored ones;
-* raw: ``w·(C + α·V)``: each occurrence scans and aggregates its whole window.
+* raw: ``w·(C + β·V)``: each occurrence scans and aggregates its whole window.
+
+``α`` and ``β`` are measured, not derived: in the full run of ``benchmarks/series.py``
+(25 Nov 2026) computing a day's (A, B) partials shuffled about 0.4 bytes per byte of the
+view, while aggregating seven raw segments at once shuffled about 3 per view byte
+(every task of every segment emits its own partial groups). With those, views are the
+cheaper plan for every window shape; the raw plan wins only where an aggregate
+shuffles less than its stored view plus the reads of it.
 
 Only partial views differ between the plans (rows views and joins cost the same in
 both). Without statistics yet, a series keeps views. All of it is plain arithmetic over
@@ -33,7 +41,8 @@ from sqlglot import exp
 from strata.queries.algebra import GroupBy, Map, Node, Scan
 from strata.series.normalize import SeriesPlan, View
 
-SHUFFLE_PER_VIEW_BYTE = 1.0  # α: a partial aggregate shuffles about its Parquet size
+VIEW_SHUFFLE = 0.4  # α: shuffled bytes per view byte, computing one segment's view
+RAW_SHUFFLE = 3.0  # β: shuffled bytes per view byte, aggregating raw segments at once
 EWMA = 0.5  # weight of the newest segment in the statistics
 
 
@@ -78,7 +87,8 @@ def view_columns(view: View) -> set[str]:
 
 
 def estimates(plan: SeriesPlan, column_bytes: Mapping[str, float],
-              view_bytes: Mapping[str, float]) -> Estimate | None:
+              view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE
+              ) -> Estimate | None:
     """The I/O per period of ``plan``'s partial views kept (None without statistics)."""
     sched = plan.schedule
     read = shuffled = written = 0.0
@@ -92,13 +102,14 @@ def estimates(plan: SeriesPlan, column_bytes: Mapping[str, float],
         w, p = len(sched.tables[v.table].indices(0)), sched.period
         later = w > 1 or sched.tables[v.table].offset < 0  # some segment is read again
         read += p * scan + (w - 1 if sched.tables[v.table].offset == 0 else w) * size
-        shuffled += p * SHUFFLE_PER_VIEW_BYTE * size
+        shuffled += p * alpha * size
         written += p * size if later else 0.0
     return Estimate(read, shuffled, written)
 
 
 def raw_estimate(plan: SeriesPlan, column_bytes: Mapping[str, float],
-                 view_bytes: Mapping[str, float]) -> Estimate | None:
+                 view_bytes: Mapping[str, float], beta: float = RAW_SHUFFLE
+                 ) -> Estimate | None:
     """The I/O per period of aggregating the raw window instead of ``plan``'s views."""
     sched = plan.schedule
     read = shuffled = 0.0
@@ -109,16 +120,17 @@ def raw_estimate(plan: SeriesPlan, column_bytes: Mapping[str, float],
             return None
         w = len(sched.tables[v.table].indices(0))
         read += w * sum(column_bytes.get(c, 0.0) for c in view_columns(v))
-        shuffled += w * SHUFFLE_PER_VIEW_BYTE * view_bytes[v.fingerprint]
+        shuffled += w * beta * view_bytes[v.fingerprint]
     return Estimate(read, shuffled, 0.0)
 
 
 def choose(plan: SeriesPlan, column_bytes: Mapping[str, float],
-           view_bytes: Mapping[str, float]) -> tuple[str, dict[str, dict[str, float]]]:
+           view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE,
+           beta: float = RAW_SHUFFLE) -> tuple[str, dict[str, dict[str, float]]]:
     """``views`` or ``raw`` for the series of ``plan`` (its normalized plan), with the
     estimates of both (empty without statistics: then ``views``)."""
-    kept, raw = estimates(plan, column_bytes, view_bytes), raw_estimate(
-        plan, column_bytes, view_bytes)
+    kept = estimates(plan, column_bytes, view_bytes, alpha)
+    raw = raw_estimate(plan, column_bytes, view_bytes, beta)
     if kept is None or raw is None or not any(v.kind == "partial" for v in plan.view_list()):
         return "views", {}
     return ("raw" if raw.io < kept.io else "views",
