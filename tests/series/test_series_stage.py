@@ -6,10 +6,13 @@ from __future__ import annotations
 import random
 
 import pyarrow.parquet as pq
+import pytest
 
 from strata import Dataflow
 from strata.controller import Controller
+from strata.model.errors import StrataError
 from strata.series import Series, add_series, series_stage_name
+from strata.series.adhoc import ad_hoc
 from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
 
 
@@ -83,3 +86,24 @@ def test_a_series_added_later_reads_kept_segments(spark, tmp_path):
             assert canon(c.read_flow("pairs", n).to_pylist()) == canon(expected)
         expected = duckdb_answer(weekly.sql, {"log": range(3, 6)}, segments)
         assert canon(c.read_flow("last3", 5).to_pylist()) == canon(expected)
+
+        # ad hoc: last3's stored views where they match, kept raw segments otherwise
+        answer, how = ad_hoc(home, spark, "log", weekly.sql, {"log": "log[-1:0]"},
+                             dataflow=c.dataflow)
+        want = duckdb_answer(weekly.sql, {"log": range(4, 6)}, segments)
+        assert canon(r.asDict() for r in answer.collect()) == canon(want)
+        assert how == [f"view {plan_view(c, 'last3')} (partial) of segments 4: stored "
+                       "view; 5: stored view"]
+        other = "SELECT C, count(*) AS n FROM log WHERE B > 2 GROUP BY C"
+        answer, how = ad_hoc(home, spark, "log", other, {"log": "log[-1:0]"}, newest=5,
+                             dataflow=c.dataflow)
+        want = duckdb_answer(other, {"log": range(4, 6)}, segments)
+        assert canon(r.asDict() for r in answer.collect()) == canon(want)
+        assert how[0].endswith("4: raw segment; 5: raw segment")
+        with pytest.raises(StrataError, match="segment 3 .* is no longer kept"):
+            ad_hoc(home, spark, "log", other, {"log": "log[-2:0]"}, dataflow=c.dataflow)
+
+
+def plan_view(c, series):
+    [view] = c.dataflow.stages[series_stage_name("log")].program.plans[series].view_list()
+    return view.fingerprint

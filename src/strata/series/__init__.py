@@ -4,7 +4,8 @@
 registers them in a home. See ``docs/series.md``.
 """
 
+from strata.series.adhoc import ad_hoc
 from strata.series.program import Series, SeriesProgram
 from strata.series.stage import add_series, series_stage_name
 
-__all__ = ["Series", "SeriesProgram", "add_series", "series_stage_name"]
+__all__ = ["Series", "SeriesProgram", "ad_hoc", "add_series", "series_stage_name"]

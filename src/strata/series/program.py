@@ -194,7 +194,7 @@ class SeriesProgram(StageProgram):
                                                        if k not in jumbo}, uses, cached)
             # stored views are co-located: appended to a table per view, bucketed by the
             # group key, so that merging a window's views does not shuffle them again
-            tables = QueryTables(spark, ctx.layout, _tables(stored), ctx.num_partitions,
+            tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                                  ctx.token)
             keep = sorted(k for k in fresh if self._last_reader(*k) > n)
             for fp, j in keep:
@@ -404,7 +404,7 @@ def _views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
     return snap.state.get("views", {}) if snap.state else {}
 
 
-def _tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
+def view_tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
     """The co-located table of each view, as :class:`QueryTables` reads it: all its
     stored segments' files."""
     out: dict[str, dict] = {}
