@@ -1,17 +1,19 @@
-"""The jumbo stage of a stream: every query series on it, run together per segment.
+"""The stage of a stream: every query series on it, run together per segment.
 
-One stage per stream reads each new segment once (a shared scan: the segment is read
-and cached once, and every view that needs it is computed from the cache), stores the
-per-segment views of all its series (one per fingerprint, however many series or tables
-share it), then answers every series that is due with that segment from the stored
-views of its window and writes each answer as an increment of the series' output flow.
-Epoch *n* of the stage is segment *n* of the stream, so ``strata show SERIES --epoch n``
-is the occurrence whose newest segment is *n*.
+One stage per stream computes, for each new segment, the per-segment views its series
+read (one per fingerprint, however many series or tables share it), stores those read
+later in tables bucketed by their key (co-located), then answers every series that is
+due with that segment from the views of its window and writes each answer as an
+increment of the series' output flow. Epoch *n* of the stage is segment *n* of the
+stream, so ``strata show SERIES --epoch n`` is the occurrence whose newest segment is
+*n*. Per series, the cost model (:mod:`strata.series.cost`) may run the plan that reads
+the raw window again instead; with ``shared_scan`` the new segment's stored partial
+views are computed in one jumbo pass.
 
-The stage keeps the last few raw segments queued (runnability :class:`sliding`), so a
-series registered later computes the views of the segments it needs but no earlier
-series made. Views no registered series will read again are dropped from the state
-and collected with the epoch's garbage. See ``docs/series.md``.
+The stage keeps the raw segments the longest window needs queued (runnability
+:class:`~strata.model.runnability.sliding`), so a series registered later, or switching
+plans, computes the views it needs from them. Views no series will read again are
+dropped from the state and collected with the epoch's garbage. See ``docs/series.md``.
 """
 
 from __future__ import annotations
