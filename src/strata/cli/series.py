@@ -18,8 +18,9 @@ from strata.storage.home import Home
 app = typer.Typer(
     name="series",
     help="Query series: a query run again on every new segment (or every N) of a stream, "
-         "over a window of its segments. All series on one stream run as one stage: each "
-         "segment is scanned once and per-segment partial results (views) are shared.",
+         "over a window of its segments. All series on one stream run as one stage: "
+         "per-segment partial results (views) are computed once, shared between series "
+         "and merged per occurrence.",
     no_args_is_help=True,
 )
 
