@@ -10,7 +10,7 @@ import pytest
 
 from strata import Dataflow
 from strata.controller import Controller
-from strata.model.errors import StrataError
+from strata.model.errors import EpochError, StrataError
 from strata.series import Series, add_series, series_stage_name
 from strata.series.adhoc import ad_hoc
 from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
@@ -107,3 +107,18 @@ def test_a_series_added_later_reads_kept_segments(spark, tmp_path):
 def plan_view(c, series):
     [view] = c.dataflow.stages[series_stage_name("log")].program.plans[series].view_list()
     return view.fingerprint
+
+
+def test_bad_data_in_a_window_names_the_series_and_commits_nothing(spark, tmp_path):
+    ratio = Series("ratio", "SELECT A, sum(B) / sum(B - B) AS r FROM log GROUP BY A", {})
+    fine = Series("fine", "SELECT A, count(*) AS n FROM log GROUP BY A", {})
+    with Controller(str(tmp_path / "home"), _dataflow([fine, ratio]), spark=spark,
+                    num_partitions=2) as c:
+        _ingest(c, tmp_path, segment(random.Random(1), 10))
+        with pytest.raises(EpochError) as e:
+            c.run()
+        text = str(e.value)
+        assert "series 'ratio'" in text and "'log_series'" in text and "epoch 1" in text
+        assert "DIVIDE_BY_ZERO" in text
+        assert c.runner.committed(c.dataflow.stages["log_series"]).epoch == 0
+        assert not c.stored_increments("fine")  # no answer of the failed epoch

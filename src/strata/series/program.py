@@ -29,9 +29,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from strata.faults import crashpoint
-from strata.model.errors import StrataError
+from strata.model.errors import EpochError, StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.runner import spark_failure
 from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
@@ -235,9 +236,9 @@ class SeriesProgram(StageProgram):
                     skipped.append(s.name)
                     continue
                 read = functools.partial(self._read_views, spark, tables, views, fresh)
-                answers.append(functools.partial(self._write_answer, s.name,
+                answers.append(functools.partial(self._write_answer, ctx, s.name,
                                                  occurrence(plan, n, read, spark),
-                                                 ctx.output_dir(s.name), driver_answers))
+                                                 driver_answers))
                 answered.append(s.name)
             run_all(spark, answers)
             tables.commit_files()
@@ -340,15 +341,21 @@ class SeriesProgram(StageProgram):
             return view_of_segment(view, empty)
         return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
-    def _write_answer(self, name: str, out: DataFrame, out_dir: str,
+    def _write_answer(self, ctx: EpochContext, name: str, out: DataFrame,
                       by_driver: set[str]) -> None:
+        out_dir = ctx.output_dir(name)
         schema = parse_ddl(self.output_ddl(name))
-        table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
-        if table.num_rows <= DRIVER_ROWS:
-            write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(schema))
-            by_driver.add(name)
-        else:
-            write_parquet(out, out_dir)
+        try:
+            table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+            if table.num_rows > DRIVER_ROWS:
+                write_parquet(out, out_dir)
+                return
+        except Exception as e:  # bad data in the window: name the series and occurrence
+            raise EpochError(f"series {name!r} could not answer its occurrence at segment "
+                             f"{ctx.epoch}", stage=ctx.stage.name, epoch=ctx.epoch,
+                             flow=name, cause=spark_failure(e)) from e
+        write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(schema))
+        by_driver.add(name)
 
     # -- the committed state, read from files ----------------------------------------------
     @classmethod
