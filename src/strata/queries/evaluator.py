@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from strata.model.errors import StrataError
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
+from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import cut, empty_frame, local_rows, spark_type
 from strata.queries.incremental import GroupPlan, JoinPlan, scanned
@@ -304,24 +305,40 @@ class Evaluator:
         return self.materialize(retract.unionByName(insert))
 
 
-def lift(plan: GroupPlan, d: DataFrame) -> DataFrame:
+def lift(plan: GroupPlan, d: DataFrame, by: Sequence[str] = ()) -> DataFrame:
     """``h``: the rows ``d`` (with ``_mult``) per group — ``_g``, a struct of the group's
-    keys — as the group-by's monoid parts."""
+    keys — as the group-by's monoid parts; per ``by`` columns of ``d`` too, if given."""
     key_cols = [F.expr(to_sql(e)).alias(n) for n, e in plan.node.keys] or [
         F.lit(0).alias("_t")]
     keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
+    group = [*by, "_g"]
     plain = [p for p in plan.parts if p.kind != "multiset"]
-    h = keyed.groupBy("_g").agg(*[F.expr(p.lift).alias(p.name) for p in plain])
+    h = keyed.groupBy(*group).agg(*[F.expr(p.lift).alias(p.name) for p in plain])
     for p in plan.parts:
         if p.kind != "multiset":
             continue
         v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
-             .groupBy("_g", F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
+             .groupBy(*group, F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
              .where("_c <> 0")
-             .groupBy("_g").agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
-                                .alias(p.name)))
-        h = h.join(v, "_g", "left")
+             .groupBy(*group).agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
+                                  .alias(p.name)))
+        h = h.join(v, group, "left")
     return h
+
+
+def row_exprs(node: Node) -> tuple[str | None, dict[str, str]]:
+    """A scan under maps as SQL over the scan's columns: its filter and its columns."""
+    if isinstance(node, Scan):
+        return None, {c: f"`{c}`" for c in node.columns}
+    if not isinstance(node, Map):
+        raise QueryError(f"{node} is not a scan under filters and projections")
+    where, defs = row_exprs(node.child)
+    if node.where is not None:
+        cond = bind(to_sql(node.where), defs)
+        where = f"({where}) AND ({cond})" if where else cond
+    if node.outputs is not None:
+        defs = {n: bind(to_sql(e), defs) for n, e in node.outputs}
+    return where, defs
 
 
 def answer_scope(plan: GroupPlan) -> dict[str, str]:
@@ -333,3 +350,20 @@ def answer_scope(plan: GroupPlan) -> dict[str, str]:
     scope.update({a: bind(sql, filled) if filled else sql
                   for a, sql in plan.answer_sql().items()})
     return scope
+
+
+def answer(plan: GroupPlan, merged: DataFrame, spark: SparkSession,
+           carry: Sequence[str] = ()) -> DataFrame:
+    """``a``: the group-by's output rows from merged parts (``HAVING`` applied; a total
+    aggregate answers one row even over no rows, as SQL does), with the ``carry``
+    columns of ``merged`` first."""
+    node = plan.node
+    if not node.keys and not carry:  # total: one group, present even when nothing was read
+        one = spark.range(1).select(F.struct(F.lit(0).alias("_t")).alias("_g"))
+        merged = one.join(merged, "_g", "left")
+    scope = answer_scope(plan)
+    keep = F.lit(True) if not node.keys else F.coalesce(F.col("_cnt"), F.lit(0)) != 0
+    if node.having is not None:
+        keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
+    return merged.where(keep).select(
+        *carry, *[F.expr(bind(to_sql(e), scope)).alias(o) for o, e in node.outputs])

@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
 from strata.queries.errors import QueryError
-from strata.queries.evaluator import answer_scope, lift
+from strata.queries.evaluator import answer, lift, row_exprs
 from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.incremental import GroupPlan
 from strata.queries.monoids import monoid
@@ -90,7 +90,7 @@ def jumbo_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     for i, v in enumerate(views):
         node = v.node
         assert isinstance(node, GroupBy)
-        where, defs = _row_exprs(node.child)
+        where, defs = row_exprs(node.child)
         keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
             F.lit(0).alias("_t")]
         parts = group_plan(node, v.monoids).parts
@@ -120,20 +120,6 @@ def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:
                          *[F.col(f"`b{index}__{p.name}`").alias(p.name) for p in parts])
 
 
-def _row_exprs(node: Node) -> tuple[str | None, dict[str, str]]:
-    """A scan under maps as SQL over the scan's columns: its filter and its columns."""
-    if isinstance(node, Scan):
-        return None, {c: f"`{c}`" for c in node.columns}
-    assert isinstance(node, Map), node
-    where, defs = _row_exprs(node.child)
-    if node.where is not None:
-        cond = bind(to_sql(node.where), defs)
-        where = f"({where}) AND ({cond})" if where else cond
-    if node.outputs is not None:
-        defs = {n: bind(to_sql(e), defs) for n, e in node.outputs}
-    return where, defs
-
-
 def _strip(name: str, prefix: str) -> str:
     return name[len(prefix):] if prefix and name.startswith(prefix) else name
 
@@ -159,21 +145,6 @@ def merge_partials(plan: GroupPlan, stacked: DataFrame) -> DataFrame:
             f"aggregate(slice({lst}, 2, greatest(size({lst}) - 1, 0)), element_at({lst}, 1), "
             f"(_s, _d) -> {body})"))
     return merged
-
-
-def answer(plan: GroupPlan, merged: DataFrame, spark: SparkSession) -> DataFrame:
-    """``a``: the group-by's output rows from merged parts (``HAVING`` applied; a total
-    aggregate answers one row even over no rows, as SQL does)."""
-    node = plan.node
-    if not node.keys:  # total: one group, present even when nothing was read
-        one = spark.range(1).select(F.struct(F.lit(0).alias("_t")).alias("_g"))
-        merged = one.join(merged, "_g", "left")
-    scope = answer_scope(plan)
-    keep = F.lit(True) if not node.keys else F.coalesce(F.col("_cnt"), F.lit(0)) != 0
-    if node.having is not None:
-        keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
-    return merged.where(keep).select(
-        *[F.expr(bind(to_sql(e), scope)).alias(o) for o, e in node.outputs])
 
 
 def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,

@@ -1,0 +1,134 @@
+"""C2, the fidelity of a window result: which (source, pane) cells it includes.
+
+Every window result carries a :class:`Scoreboard`: one :class:`Cell` per source and pane
+of the window, saying whether that cell's data is in the result (with its record count),
+known to be empty, shed, missing because its source failed, or not arrived yet. From it
+follow the fraction of the whole, *spatial* completeness (the least fraction of sources
+complete in any pane: "every pane from X% of sources") and *temporal* completeness (the
+least fraction of panes complete from any source: "X% of the panes from every source").
+A source's progress (the latest event time it sent) is its boundary: a pane it has moved
+past without data is *empty*, not *pending* (``docs/windows.md``, "C2").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from strata.windows.panes import Panes
+
+CellKey = tuple[str, int]  # (source, pane)
+
+
+class Status(StrEnum):
+    DATA = "data"  # records included; the source has moved past the pane
+    OPEN = "open"  # records included; the source may still send some for the pane
+    EMPTY = "empty"  # the source moved past the pane without data for it
+    PENDING = "pending"  # not arrived yet
+    SKIPPED = "skipped"  # records shed under load (a boundary pane)
+    FAILED = "failed"  # the source was declared failed before sending it
+
+    @property
+    def complete(self) -> bool:
+        return self in (Status.DATA, Status.EMPTY)
+
+
+@dataclass(frozen=True)
+class Cell:
+    status: Status
+    records: int = 0  # the records of the cell the result includes
+    shed: int = 0  # records of the cell dropped by load shedding
+
+
+@dataclass(frozen=True)
+class Scoreboard:
+    """The C2 of window ``window``: a cell per (source, pane)."""
+
+    window: int
+    cells: Mapping[CellKey, Cell]
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({s for s, _ in self.cells})
+
+    @property
+    def panes(self) -> list[int]:
+        return sorted({p for _, p in self.cells})
+
+    @property
+    def total(self) -> int:
+        return len(self.cells)
+
+    @property
+    def complete(self) -> int:
+        return sum(c.status.complete for c in self.cells.values())
+
+    @property
+    def records(self) -> int:
+        return sum(c.records for c in self.cells.values())
+
+    @property
+    def fraction(self) -> float:
+        return self.complete / self.total if self.total else 1.0
+
+    @property
+    def spatial(self) -> float:
+        """The least fraction of sources complete in any one pane."""
+        return min((self._share(p, by_pane=True) for p in self.panes), default=1.0)
+
+    @property
+    def temporal(self) -> float:
+        """The least fraction of panes complete from any one source."""
+        return min((self._share(s, by_pane=False) for s in self.sources), default=1.0)
+
+    def _share(self, which: str | int, by_pane: bool) -> float:
+        cells = [c for (s, p), c in self.cells.items() if (p if by_pane else s) == which]
+        return sum(c.status.complete for c in cells) / len(cells)
+
+    def count(self, status: Status) -> int:
+        return sum(c.status is status for c in self.cells.values())
+
+    @property
+    def included(self) -> set[CellKey]:
+        return {k for k, c in self.cells.items() if c.records}
+
+    def summary(self) -> str:
+        """One line: ``C2 46/48 (95.8%), spatial 0.75, temporal 0.92; 2 pending``."""
+        rest = [f"{n} {s.value}" for s in (Status.OPEN, Status.PENDING, Status.SKIPPED,
+                                            Status.FAILED) if (n := self.count(s))]
+        return (f"C2 {self.complete}/{self.total} ({self.fraction:.1%}), spatial "
+                f"{self.spatial:.2f}, temporal {self.temporal:.2f}"
+                + (f"; {', '.join(rest)}" if rest else ""))
+
+    def to_rows(self) -> list[dict]:
+        return [{"source": s, "pane": p, "status": c.status.value, "records": c.records,
+                 "shed": c.shed} for (s, p), c in sorted(self.cells.items())]
+
+    @classmethod
+    def from_rows(cls, window: int, rows: Iterable[Mapping]) -> Scoreboard:
+        return cls(window, {(r["source"], r["pane"]): Cell(Status(r["status"]), r["records"],
+                                                         r["shed"]) for r in rows})
+
+
+def scoreboard(window: int, panes: Panes, sources: Iterable[str],
+               records: Mapping[CellKey, int], progress: Mapping[str, int],
+               shed: Mapping[CellKey, int], failed: Iterable[str]) -> Scoreboard:
+    """The C2 of ``window`` from the cells' record counts, each source's progress (the
+    latest event time it sent), the records shed per cell and the failed sources."""
+    failed = set(failed)
+    cells: dict[CellKey, Cell] = {}
+    for s in sources:
+        for p in panes.window_panes(window):
+            n, dropped = records.get((s, p), 0), shed.get((s, p), 0)
+            past = progress.get(s, -(2 ** 62)) >= panes.pane_end(p)
+            if dropped:
+                status = Status.SKIPPED
+            elif n:
+                status = Status.DATA if past else Status.OPEN
+            elif past:
+                status = Status.EMPTY
+            else:
+                status = Status.FAILED if s in failed else Status.PENDING
+            cells[(s, p)] = Cell(status, n, dropped)
+    return Scoreboard(window, cells)

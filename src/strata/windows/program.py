@@ -1,0 +1,502 @@
+"""The stage of a windowed query: records into panes once, windows from panes.
+
+Each epoch (``docs/windows.md``):
+
+1. one Spark job counts the increment's records per (source, pane) and each source's
+   latest event time (its progress); records without a time or source are refused with
+   an :class:`EpochError` naming them;
+2. if the query sheds load and the EWMA estimate says the epoch would overrun its
+   budget, cells are chosen to shed (:func:`~strata.windows.policies.plan_shedding`);
+   cells of panes whose windows are final are too late and dropped;
+3. one Spark job aggregates the rest into cells (source, pane, group) with the
+   monoids' ``h`` (or the MapReduce's ``map`` and ``combine``): the only pass over
+   records;
+4. on the driver, the cells join the pane store, windows the eviction policy releases
+   are slid to (combine the new pane, uncombine the old, or Two-Stacks), and emitted
+   windows whose cells changed are refined;
+5. answers (``a``) are computed for those windows in one small job, and written with
+   their C2 as changes (``_mult`` −1/+1) to the query's flow and its scoreboard flow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from strata.faults import crashpoint
+from strata.model.errors import EpochError, StrataError
+from strata.model.schema import parse_ddl
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.runner import spark_failure
+from strata.queries.evaluator import answer, lift, row_exprs
+from strata.queries.frames import set_confs, spark_type
+from strata.queries.program import output_ddl
+from strata.storage import fs
+from strata.storage.home import StageLayout
+from strata.storage.increments import Increment, write_table
+from strata.storage.manifest import StateSnapshot
+from strata.windows.aggregates import PaneTable, mapped_cells
+from strata.windows.c2 import CellKey, Scoreboard, scoreboard
+from strata.windows.policies import Ewma, emit_reason, failed_sources, plan_shedding
+from strata.windows.query import WindowPlan
+from strata.windows.sliding import Counted, slider
+from strata.windows.state import Emitted, WindowState, load, write_cells, write_results
+
+FILES = "windows"  # the program's directory under state/<stage>/
+
+
+class WindowProgram(StageProgram):
+    """Runs a windowed query's epochs (``kind = "window"``)."""
+
+    kind = "window"
+
+    def __init__(self, plan: WindowPlan) -> None:
+        self.plan = plan
+        self._cache: WindowState | None = None
+        self._cache_state = WindowState()  # the state the slider's panes come from
+        self._slider: Any = None
+        self._panes: dict[int, PaneTable] = {}
+
+    def __getstate__(self) -> dict:
+        return {"plan": self.plan}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["plan"])  # type: ignore[misc]
+
+    @property
+    def result_flow(self) -> str:
+        return results_flow(self.plan.query.name)
+
+    @property
+    def board_flow(self) -> str:
+        return scoreboard_flow(self.plan.query.name)
+
+    def describe(self) -> str:
+        q, p = self.plan.query, self.plan.panes
+        return (f"window {q.range}/{q.slide or q.range} ({p.per_window} panes of "
+                f"{p.width}); {q.eviction.describe()}")
+
+    # -- one epoch -------------------------------------------------------------------------
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        plan, q = self.plan, self.plan.query
+        ws = self._state(ctx)
+        self._cache = None  # owned by this attempt until it succeeds
+        files = [f for inc in ctx.inputs.get(q.flow, ()) for f in inc.files]
+        spark = ctx.spark
+        previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
+        try:
+            started = time.perf_counter()
+            frame = self._frame(spark, files)
+            stats = self._cell_stats(ctx, frame)
+            skip = self._skipped(ws, stats, ctx.epoch)
+            cells, lift_schema = self._lift(ctx, frame, skip)
+            elapsed = time.perf_counter() - started
+        finally:
+            set_confs(spark, previous)
+        processed = sum(n for c, (n, _, _) in stats.items() if c not in skip)
+        if processed:
+            ws.seconds_per_row = Ewma(ws.seconds_per_row).update(elapsed / processed)
+        for (s, p), (n, first, last) in stats.items():
+            ws.progress[s] = max(ws.progress.get(s, last), last)
+            ws.start = first if ws.start is None else min(ws.start, first)
+            if (s, p) not in skip:
+                ws.records[(s, p)] = ws.records.get((s, p), 0) + n
+        deltas = ws.add_cells(plan.algebra, cells)
+        self._pane_changes(deltas)
+        if ws.frontier is None and stats:
+            ws.frontier = plan.panes.windows_of_pane(min(p for _, p in stats)).start
+            ws.floor = plan.panes.window_panes(ws.frontier).start
+        windows, reasons = self._due(ws)
+        rows = self._answers(spark, windows, lift_schema)
+        boards = {w: self._board(ws, w) for w in windows}
+        outputs, changed = self._write_outputs(ctx, ws, rows, boards)
+        directory = ctx.layout.program_dir(FILES)
+        if cells:
+            name = f"cells-{ctx.epoch:08d}-{ctx.token}.parquet"
+            write_cells(fs.join(directory, name), cells)
+            ws.cell_files[name] = [min(c[1] for c in cells), max(c[1] for c in cells)]
+        crashpoint("windows-after-cells")
+        self._record_results(ws, directory, ctx, {w: Emitted(rows[w], boards[w])
+                                                  for w in windows})
+        self._retire(ws)
+        ws.attempt = ctx.token
+        metrics = {"input_rows": sum(n for n, _, _ in stats.values()),
+                   "rows_aggregated": processed, "cells": len(cells),
+                   "windows_emitted": sorted(w for w in windows if reasons[w] != "refined"),
+                   "windows_refined": sorted(w for w in windows if reasons[w] == "refined"),
+                   "emit_reasons": dict(Counter(reasons.values())),
+                   "rows_shed": sum(stats[c][0] for c in skip if c in ws.shed),
+                   "late_dropped": ws.late_dropped, "changed_rows": changed,
+                   "combines": ws.counters.get("combines", 0),
+                   "uncombines": ws.counters.get("uncombines", 0),
+                   "seconds_per_row": ws.seconds_per_row}
+        self._cache = ws
+        return EpochOutcome(outputs, ws.to_json(), ctx.num_partitions, metrics)
+
+    def _state(self, ctx: EpochContext) -> WindowState:
+        committed = ctx.committed.state or {}
+        if self._cache is not None and self._cache.attempt == committed.get("attempt"):
+            return self._cache
+        self._slider, self._panes = None, {}
+        self._cache_state = load(committed, ctx.layout.program_dir(FILES), self.plan.algebra)
+        return self._cache_state
+
+    def _frame(self, spark: SparkSession, files: list[str]) -> DataFrame:
+        """The increment's records with ``_src``, ``_t`` (event time in units), ``_pane``
+        and ``_mult``."""
+        plan = self.plan
+        cols = {c: t for c, t in plan.columns.items()}
+        d = spark.read.parquet(*files) if files else spark.createDataFrame(
+            [], spark_type(", ".join(f"`{c}` {t}" for c, t in cols.items())))
+        if "_mult" not in d.columns:
+            d = d.withColumn("_mult", F.lit(1).cast("bigint"))
+        t = F.expr(plan.time_sql)
+        return d.select("*", F.col(f"`{plan.query.source}`").cast("string").alias("_src"),
+                        t.alias("_t"), F.floor(t / F.lit(plan.panes.width)).alias("_pane"))
+
+    def _cell_stats(self, ctx: EpochContext, frame: DataFrame
+                    ) -> dict[CellKey, tuple[int, int, int]]:
+        """(source, pane) → (records, earliest, latest event time)."""
+        q = self.plan.query
+        try:
+            got = frame.groupBy("_src", "_pane").agg(
+                F.count(F.lit(1)).alias("n"), F.min("_t").alias("lo"),
+                F.max("_t").alias("hi")).collect()
+        except Exception as e:
+            raise EpochError(f"window query {q.name!r} could not read its input",
+                             stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
+                             cause=spark_failure(e)) from e
+        if any(r["_src"] is None or r["_pane"] is None for r in got):
+            bad = frame.where(F.col("_src").isNull() | F.col("_t").isNull()).drop(
+                "_src", "_t", "_pane").limit(1).collect()
+            record = bad[0].asDict() if bad else None
+            raise EpochError(
+                f"window query {q.name!r}: a record has no event time ({q.time!r}) or no "
+                f"source ({q.source!r}); every record needs both — fix or drop such records "
+                "and ingest again", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
+                record=record, has_record=record is not None)
+        return {(r["_src"], int(r["_pane"])): (r["n"], r["lo"], r["hi"]) for r in got}
+
+    def _skipped(self, ws: WindowState, stats: Mapping[CellKey, tuple[int, int, int]],
+                 epoch: int) -> set[CellKey]:
+        """Cells not aggregated: too late (their windows are final) or shed."""
+        late = {c for c in stats if ws.floor is not None and c[1] < ws.floor}
+        ws.late_dropped += sum(stats[c][0] for c in late)
+        shedding = self.plan.query.shedding
+        shed: set[CellKey] = set()
+        if shedding is not None:
+            rows = {c: v[0] for c, v in stats.items() if c not in late}
+            shed = plan_shedding(rows, ws.seconds_per_row, shedding.budget_seconds,
+                                 shedding.kind, shedding.seed * 1_000_003 + epoch)
+            for c in shed:
+                ws.shed[c] = ws.shed.get(c, 0) + stats[c][0]
+        return late | shed
+
+    def _lift(self, ctx: EpochContext, frame: DataFrame, skip: set[CellKey]
+              ) -> tuple[list[tuple[str, int, tuple, list]], Any]:
+        """The only pass over records: cells (source, pane, key, parts)."""
+        plan, q = self.plan, self.plan.query
+        if skip:
+            tags = [f"{s}\x1f{p}" for s, p in skip]
+            frame = frame.where(~F.concat_ws("\x1f", "_src", F.col("_pane").cast("string"))
+                                .isin(tags))
+        try:
+            if plan.group is None:
+                return self._map_reduce(frame), None
+            node = plan.group.node
+            where, defs = row_exprs(node.child)
+            d = frame
+            prefix = _scan_prefix(node.child)
+            if prefix:
+                d = d.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
+                               if c != "_mult"], "_mult", "_src", "_pane")
+            if where:
+                d = d.where(F.expr(where))
+            d = d.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
+                         "_src", "_pane")
+            h = lift(plan.group, d, by=("_src", "_pane"))
+            table = h.toArrow()
+        except StrataError:
+            raise
+        except Exception as e:
+            raise EpochError(f"window query {q.name!r} could not aggregate its records into "
+                             "panes", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
+                             cause=spark_failure(e)) from e
+        parts = [p.name for p in plan.group.parts]
+        multiset = {i for i, p in enumerate(plan.group.parts) if p.kind == "multiset"}
+        out = []
+        for r in table.to_pylist():
+            values = [r[p] for p in parts]
+            for i in multiset:
+                values[i] = dict(values[i] or ())
+            out.append((r["_src"], r["_pane"], tuple(r["_g"].values()), values))
+        return out, h.schema
+
+    def _map_reduce(self, frame: DataFrame) -> list[tuple[str, int, tuple, list]]:
+        mr = self.plan.query.mapreduce
+        assert mr is not None
+        keep = [c for c in frame.columns if c not in ("_t",)]
+
+        def cell_of(r: dict) -> tuple:
+            return (r.pop("_src"), r.pop("_pane"))
+
+        def merge(a: list, b: list) -> list:
+            return [a[0] + b[0], mr.combine(a[1], b[1])]
+
+        got = (frame.select(*keep).rdd
+               .mapPartitions(lambda rows: mapped_cells(mr, cell_of, (r.asDict()
+                                                                       for r in rows)))
+               .reduceByKey(merge).collect())
+        return [(k[0], int(k[1]), (k[2],), v) for k, v in got]
+
+    # -- panes and windows -----------------------------------------------------------------
+    def _pane(self, p: int) -> PaneTable:
+        """The pane's aggregate over all its sources' cells (cached)."""
+        table = self._panes.get(p)
+        if table is None:
+            algebra, table = self.plan.algebra, {}
+            for cell in (self._cache_state.cells.get(p) or {}).values():
+                table = algebra.combine(table, cell)
+            self._panes[p] = table
+        return table
+
+    def _pane_changes(self, deltas: Mapping[int, PaneTable]) -> None:
+        algebra = self.plan.algebra
+        for p, delta in deltas.items():
+            if p in self._panes:
+                self._panes[p] = algebra.combine(self._panes[p], delta)
+            if self._slider is not None:
+                self._slider.changed(p, delta)
+
+    def _board(self, ws: WindowState, w: int) -> Scoreboard:
+        q = self.plan.query
+        sources = sorted(set(q.sources) | set(ws.progress))
+        failed = failed_sources(ws.progress, sources, ws.now or 0, ws.start or 0,
+                                q.eviction.failure_timeout)
+        return scoreboard(w, self.plan.panes, sources, ws.records, ws.progress, ws.shed,
+                          failed)
+
+    def _due(self, ws: WindowState) -> tuple[dict[int, PaneTable], dict[int, str]]:
+        """The windows to answer now: those the policy releases, and emitted windows
+        whose cells changed (refined)."""
+        panes, q = self.plan.panes, self.plan.query
+        self._cache_state = ws
+        if self._slider is None:
+            self._counted = Counted(self.plan.algebra)
+            self._slider = slider(self._counted, self._pane)
+        windows: dict[int, PaneTable] = {}
+        reasons: dict[int, str] = {}
+        now = ws.now
+        while ws.frontier is not None and now is not None and (
+                panes.window_start(ws.frontier) <= now):
+            k = ws.frontier
+            reason = emit_reason(self._board(ws, k), panes.window_end(k), now, q.eviction)
+            if reason is None:
+                break
+            span = panes.window_panes(k)
+            windows[k] = self._slider.query(span.start, span.stop)
+            reasons[k] = reason
+            ws.frontier += 1
+        for w, e in sorted(ws.emitted.items()):
+            if w in windows or _included(self._board(ws, w)) == _included(e.board):
+                continue
+            table: PaneTable = {}
+            for p in panes.window_panes(w):
+                table = self.plan.algebra.combine(table, self._pane(p))
+            windows[w], reasons[w] = table, "refined"
+        ws.counters["combines"] = ws.counters.get("combines", 0) + self._counted.combines
+        ws.counters["uncombines"] = ws.counters.get("uncombines", 0) + self._counted.uncombines
+        self._counted.combines = self._counted.uncombines = 0
+        return windows, reasons
+
+    def _answers(self, spark: SparkSession, windows: Mapping[int, PaneTable], lift_schema
+                 ) -> dict[int, list[dict]]:
+        """``a`` of each window: its result rows (dicts of the outputs)."""
+        plan = self.plan
+        out: dict[int, list[dict]] = {w: [] for w in windows}
+        if not windows:
+            return out
+        if plan.group is None:
+            mr = plan.query.mapreduce
+            assert mr is not None
+            for w, table in windows.items():
+                out[w] = [{mr.key: k[0], mr.result: mr.reduce(k[0], v[1])}
+                          for k, v in sorted(table.items(), key=lambda kv: repr(kv[0]))
+                          if v[0]]
+            return out
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(lift_schema)
+        key_fields = [f.name for f in schema.field("_g").type]
+        parts = [p.name for p in plan.group.parts]
+        multiset = {p.name for p in plan.group.parts if p.kind == "multiset"}
+        rows = []
+        for w, table in windows.items():
+            if not table and not plan.group.node.keys:  # a total answers over no rows
+                table = {(0,): [0] + [None] * (len(parts) - 1)}
+            for k, v in table.items():
+                row: dict[str, Any] = {"_w": w, "_g": dict(zip(key_fields, k, strict=True))}
+                row.update({p: (list(x.items()) if p in multiset and x is not None else x)
+                            for p, x in zip(parts, v, strict=True)})
+                rows.append(row)
+        fields = [pa.field("_w", pa.int64()), schema.field("_g"),
+                  *[schema.field(p) for p in parts]]
+        merged = spark.createDataFrame(pa.Table.from_pylist(rows, pa.schema(fields)))
+        names = list(plan.outputs)
+        for r in answer(plan.group, merged, spark, carry=("_w",)).toArrow().to_pylist():
+            out[r["_w"]].append({n: r[n] for n in names})
+        return out
+
+    # -- outputs and state -------------------------------------------------------------------
+    def _write_outputs(self, ctx: EpochContext, ws: WindowState,
+                       rows: Mapping[int, list[dict]], boards: Mapping[int, Scoreboard]
+                       ) -> tuple[dict[str, Increment], int]:
+        plan, panes = self.plan, self.plan.panes
+        result, board = [], []
+        for w in sorted(rows):
+            start, end = self._time(panes.window_start(w)), self._time(panes.window_end(w))
+            old = ws.emitted.get(w)
+            b = boards[w]
+            new_rows = [{"window_start": start, "window_end": end, **r, **_c2(b)}
+                        for r in rows[w]]
+            old_rows = [] if old is None else [
+                {"window_start": start, "window_end": end, **r, **_c2(old.board)}
+                for r in old.rows]
+            result += _changes(old_rows, new_rows)
+            cells = [{"window_start": start, **r, "pane_start": self._time(
+                panes.pane_start(r.pop("pane")))} for r in b.to_rows()]
+            old_cells = [] if old is None else [
+                {"window_start": start, **r, "pane_start": self._time(
+                    panes.pane_start(r.pop("pane")))} for r in old.board.to_rows()]
+            board += _changes(old_cells, cells)
+        outputs = {}
+        for flow, columns, changes in ((self.result_flow, plan.result_columns(), result),
+                                       (self.board_flow, plan.scoreboard_columns(), board)):
+            schema = parse_ddl(output_ddl(columns))
+            path = fs.join(ctx.output_dir(flow), "part-00000.parquet")
+            size = write_table(path, pa.Table.from_pylist(changes, schema))
+            outputs[flow] = Increment((path,), len(changes), size)
+        return outputs, len(result)
+
+    def _time(self, units: int) -> Any:
+        if self.plan.time_type == "timestamp":
+            return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=units)
+        return units
+
+    def _record_results(self, ws: WindowState, directory: str, ctx: EpochContext,
+                        emitted: dict[int, Emitted]) -> None:
+        if not emitted:
+            return
+        name = f"results-{ctx.epoch:08d}-{ctx.token}.parquet"
+        write_results(fs.join(directory, name), emitted)
+        for f in list(ws.result_files):
+            ws.result_files[f] = [w for w in ws.result_files[f] if w not in emitted]
+        ws.result_files[name] = sorted(emitted)
+        ws.emitted.update(emitted)
+
+    def _retire(self, ws: WindowState) -> None:
+        """Drop windows that can no longer change, and the panes only they held."""
+        panes, now = self.plan.panes, ws.now
+        if now is None or ws.frontier is None:
+            return
+        lateness = self.plan.query.eviction.lateness
+        for w in [w for w in ws.emitted if panes.window_end(w) + lateness < now]:
+            del ws.emitted[w]
+        live = min([ws.frontier, *ws.emitted])
+        ws.floor = panes.window_panes(live).start
+        for p in [p for p in ws.cells if p < ws.floor]:
+            del ws.cells[p]
+            self._panes.pop(p, None)
+        for d in (ws.records, ws.shed):
+            for c in [c for c in d if c[1] < ws.floor]:
+                del d[c]
+        ws.cell_files = {f: r for f, r in ws.cell_files.items() if r[1] >= ws.floor}
+        ws.result_files = {f: [w for w in v if w in ws.emitted]
+                           for f, v in ws.result_files.items()}
+        ws.result_files = {f: v for f, v in ws.result_files.items() if v}
+
+    # -- the committed state, read from files ----------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        """One record per live cell: source, pane, records included and shed."""
+        s = snap.state or {}
+        shed = {(a, b): n for a, b, n in s.get("shed", [])}
+        return [{"source": a, "pane": b, "records": n, "shed": shed.get((a, b), 0)}
+                for a, b, n in sorted(s.get("records", []))]
+
+    @classmethod
+    def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
+        s = snap.state or {}
+        if s.get("frontier") is None:
+            return None
+        sources = len(s.get("progress", {}))
+        return (f"{sources} source(s); next window {s['frontier']}, panes from "
+                f"{s['floor']} kept; {s.get('late_dropped', 0)} late record(s) dropped")
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        directory = layout.program_dir(FILES)
+        names = [*state.get("cell_files", {}), *state.get("result_files", {})]
+        return sum(fs.size_of(fs.join(directory, n)) for n in names)
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        s = keep.state or {}
+        live = {*s.get("cell_files", {}), *s.get("result_files", {})}
+        directory = layout.program_dir(FILES)
+        for name in fs.list_dir(directory):
+            if name not in live:
+                fs.delete_quietly(fs.join(directory, name))
+
+
+def results_flow(query: str) -> str:
+    """The flow of a window query's results."""
+    return f"{query}_windows"
+
+
+def scoreboard_flow(query: str) -> str:
+    """The flow of a window query's C2 scoreboards."""
+    return f"{query}_c2"
+
+
+def _scan_prefix(node: Any) -> str:
+    while node.children:
+        node = node.children[0]
+    return node.prefix
+
+
+def _included(board: Scoreboard) -> dict[CellKey, tuple[int, int]]:
+    return {k: (c.records, c.shed) for k, c in board.cells.items() if c.records or c.shed}
+
+
+def _c2(b: Scoreboard) -> dict[str, Any]:
+    return {"c2_fraction": b.fraction, "c2_spatial": b.spatial, "c2_temporal": b.temporal,
+            "c2_complete": b.complete, "c2_cells": b.total}
+
+
+def _changes(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` retracted and ``new`` inserted, netted (rows in both are left out)."""
+    def key(r: dict) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in r.items()))
+
+    before, after = Counter(map(key, old)), Counter(map(key, new))
+    out, seen = [], Counter()
+    for r in old:
+        k = key(r)
+        if seen[("-", k)] < before[k] - after[k]:
+            out.append({**r, "_mult": -1})
+            seen[("-", k)] += 1
+    for r in new:
+        k = key(r)
+        if seen[("+", k)] < after[k] - before[k]:
+            out.append({**r, "_mult": 1})
+            seen[("+", k)] += 1
+    return out
+

@@ -1,0 +1,191 @@
+"""Windowed queries: what a user declares, and its compiled plan.
+
+A :class:`WindowQuery` aggregates a flow whose records carry an event time and a source
+(the server a record comes from) over sliding windows of ``range`` every ``slide``
+(tumbling when they are equal). The aggregation is SQL — ``SELECT url, count(*) AS n
+FROM log GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', host)``, any aggregate the
+query layer has a monoid for — or a :class:`~strata.windows.aggregates.MapReduce`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from strata.model.errors import StrataError
+from strata.queries.algebra import GroupBy
+from strata.queries.errors import QueryError
+from strata.queries.evaluator import row_exprs
+from strata.queries.incremental import GroupPlan
+from strata.queries.monoids import monoid
+from strata.queries.sql import parse_sql
+from strata.windows.aggregates import MapReduce, PartsAlgebra
+from strata.windows.panes import Panes, parse_duration, time_sql
+from strata.windows.policies import SHED_KINDS, Eviction
+
+RESULT_COLUMNS = {"window_start": "", "window_end": "", "c2_fraction": "double",
+                  "c2_spatial": "double", "c2_temporal": "double", "c2_complete": "int",
+                  "c2_cells": "int"}
+
+
+@dataclass(frozen=True)
+class Shedding:
+    """Shed cells when an epoch's estimated processing time (EWMA of seconds per record
+    times its records) exceeds ``budget_seconds``; ``kind`` (random, spatial, temporal)
+    says which cells go, chosen reproducibly from ``seed``."""
+
+    budget_seconds: float
+    kind: str = "random"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SHED_KINDS or self.budget_seconds <= 0:
+            raise StrataError(f"shedding is one of {SHED_KINDS} with a positive budget, not "
+                              f"{self.kind} {self.budget_seconds}")
+
+
+@dataclass(frozen=True)
+class WindowQuery:
+    """A windowed aggregation of ``flow``: ``sql`` (a grouped SELECT of that flow) or
+    ``mapreduce``, over windows of ``range`` every ``slide`` of the ``time`` column,
+    per source ``source``. ``sources`` names the sources expected (others seen count
+    too); ``eviction`` says when results go out; ``shedding`` when to drop load."""
+
+    name: str
+    flow: str
+    range: str | int
+    slide: str | int | None = None
+    time: str = "ts"
+    source: str = "source"
+    sql: str | None = None
+    mapreduce: MapReduce | None = None
+    eviction: Eviction = field(default_factory=Eviction)
+    sources: tuple[str, ...] = ()
+    shedding: Shedding | None = None
+
+    def __post_init__(self) -> None:
+        if (self.sql is None) == (self.mapreduce is None):
+            raise StrataError(f"window query {self.name!r}: give sql or mapreduce (one)")
+
+
+def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
+    """A window query from SQL whose ``GROUP BY`` has ``WINDOW(time, range[, slide[,
+    source]])``; the table it reads is the flow."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
+    group = tree.args.get("group") if isinstance(tree, exp.Select) else None
+    calls = [g for g in (group.expressions if group else [])
+             if isinstance(g, exp.Anonymous) and g.name.upper() == "WINDOW"]
+    if len(calls) != 1:
+        raise QueryError("a windowed query groups by one WINDOW(time, range[, slide[, "
+                         "source]]), e.g. GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', "
+                         "host)")
+    call = calls[0]
+    args = call.expressions
+    if not 2 <= len(args) <= 4 or not isinstance(args[0], exp.Column) or (
+            len(args) == 4 and not isinstance(args[3], exp.Column)):
+        raise QueryError(f"{call.sql()}: WINDOW takes a time column, a range, an optional "
+                         "slide and an optional source column")
+    literal = [a.this if isinstance(a, exp.Literal) else None for a in args[1:3]]
+    if None in literal:
+        raise QueryError(f"{call.sql()}: range and slide are literals ('5 minutes', 300)")
+    group.set("expressions", [g for g in group.expressions if g is not call])
+    if not group.expressions:
+        tree.set("group", None)
+    tables = list(tree.find_all(exp.Table))
+    if len({t.name for t in tables}) != 1:
+        raise QueryError("a windowed query reads one flow")
+    return WindowQuery(name, tables[0].name, literal[0],
+                       literal[1] if len(literal) > 1 else None, time=args[0].name,
+                       source=args[3].name if len(args) == 4 else options.pop("source",
+                                                                              "source"),
+                       sql=tree.sql(dialect="spark"), **options)
+
+
+@dataclass
+class WindowPlan:
+    """A window query compiled against its flow's columns."""
+
+    query: WindowQuery
+    columns: Mapping[str, str]  # the flow's columns (with _mult if it has deletes)
+
+    def __post_init__(self) -> None:
+        q = self.query
+        for c in (q.time, q.source):
+            if c not in self.columns:
+                raise StrataError(f"window query {q.name!r}: flow {q.flow!r} has no column "
+                                  f"{c!r} (columns: {', '.join(self.columns)})")
+        self.time_type = self.columns[q.time]
+        self.time_sql = time_sql(q.time, self.time_type)
+        rng = parse_duration(q.range, self.time_type)
+        self.panes = Panes(rng, rng if q.slide is None else parse_duration(q.slide,
+                                                                           self.time_type))
+        clash = set(self.outputs) & (set(RESULT_COLUMNS) | {"_mult"})
+        if clash:
+            raise StrataError(f"window query {q.name!r}: output columns {sorted(clash)} are "
+                              "the window's own; rename them")
+        self.algebra  # noqa: B018 (refuses aggregates that cannot run over panes)
+
+    def __getstate__(self) -> dict:
+        return {"query": self.query, "columns": self.columns}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    @property
+    def retracts(self) -> bool:
+        return "_mult" in self.columns
+
+    @cached_property
+    def group(self) -> GroupPlan | None:
+        """The SQL query's group-by and its monoids (None for a MapReduce)."""
+        q = self.query
+        if q.sql is None:
+            return None
+        flows = {q.flow: dict(self.columns)}
+        root = parse_sql(q.sql, flows).root
+        if not isinstance(root, GroupBy):
+            raise QueryError(f"window query {q.name!r}: the query must be a GROUP BY over "
+                             f"{q.flow!r} (with filters), not {root}")
+        row_exprs(root.child)  # a scan under filters and projections only
+        monoids = [monoid(a, f"_p{i}", root.child.columns, self.retracts)
+                   for i, a in enumerate(root.aggs)]
+        return GroupPlan(root, "", monoids)
+
+    @cached_property
+    def algebra(self) -> PartsAlgebra:
+        if self.group is None:
+            assert self.query.mapreduce is not None
+            return self.query.mapreduce.algebra()
+        return PartsAlgebra.of_kinds([p.kind for p in self.group.parts],
+                                     f"window query {self.query.name!r}")
+
+    @cached_property
+    def outputs(self) -> dict[str, str]:
+        if self.group is None:
+            assert self.query.mapreduce is not None
+            return self.query.mapreduce.output_columns()
+        return dict(self.group.node.columns)
+
+    @property
+    def key_names(self) -> list[str]:
+        return [n for n, _ in self.group.node.keys] if self.group else [
+            self.query.mapreduce.key]  # type: ignore[union-attr]
+
+    def result_columns(self) -> dict[str, str]:
+        """The query's flow: each window's bounds, the outputs and its C2 summary."""
+        return {"window_start": self.time_type, "window_end": self.time_type,
+                **self.outputs, **{c: t for c, t in RESULT_COLUMNS.items() if t}}
+
+    def scoreboard_columns(self) -> dict[str, str]:
+        """The scoreboard flow: a row per window, source and pane."""
+        return {"window_start": self.time_type, "source": "string",
+                "pane_start": self.time_type, "status": "string", "records": "bigint",
+                "shed": "bigint"}
