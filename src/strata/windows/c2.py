@@ -27,7 +27,7 @@ class Status(StrEnum):
     EMPTY = "empty"  # the source moved past the pane without data for it
     PENDING = "pending"  # not arrived yet
     SKIPPED = "skipped"  # records shed under load (a boundary pane)
-    FAILED = "failed"  # the source was declared failed before sending it
+    FAILED = "failed"  # the source was declared failed before finishing the pane
 
     @property
     def complete(self) -> bool:
@@ -124,11 +124,11 @@ def scoreboard(window: int, panes: Panes, sources: Iterable[str],
             past = progress.get(s, -(2 ** 62)) >= panes.pane_end(p)
             if dropped:
                 status = Status.SKIPPED
-            elif n:
-                status = Status.DATA if past else Status.OPEN
             elif past:
-                status = Status.EMPTY
+                status = Status.DATA if n else Status.EMPTY
+            elif s in failed:  # what it sent of the pane is included, the rest is not
+                status = Status.FAILED
             else:
-                status = Status.FAILED if s in failed else Status.PENDING
+                status = Status.OPEN if n else Status.PENDING
             cells[(s, p)] = Cell(status, n, dropped)
     return Scoreboard(window, cells)

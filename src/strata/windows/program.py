@@ -411,7 +411,9 @@ class WindowProgram(StageProgram):
             del ws.emitted[w]
         live = min([ws.frontier, *ws.emitted])
         ws.floor = panes.window_panes(live).start
-        for p in [p for p in ws.cells if p < ws.floor]:
+        # the slider still uncombines the panes it spans: they stay in memory until then
+        keep = min(ws.floor, self._slider.lo) if self._slider is not None else ws.floor
+        for p in [p for p in ws.cells if p < keep]:
             del ws.cells[p]
             self._panes.pop(p, None)
         for d in (ws.records, ws.shed):

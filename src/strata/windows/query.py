@@ -9,6 +9,7 @@ query layer has a monoid for — or a :class:`~strata.windows.aggregates.MapRedu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,6 +29,7 @@ from strata.windows.aggregates import MapReduce, PartsAlgebra
 from strata.windows.panes import Panes, parse_duration, time_sql
 from strata.windows.policies import SHED_KINDS, Eviction
 
+_CALL = "STRATA_WINDOW"
 RESULT_COLUMNS = {"window_start": "", "window_end": "", "c2_fraction": "double",
                   "c2_spatial": "double", "c2_temporal": "double", "c2_complete": "int",
                   "c2_cells": "int"}
@@ -76,26 +78,28 @@ class WindowQuery:
 def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
     """A window query from SQL whose ``GROUP BY`` has ``WINDOW(time, range[, slide[,
     source]])``; the table it reads is the flow."""
-    try:
-        tree = sqlglot.parse_one(sql, read="spark")
+    try:  # WINDOW is a keyword to the parser: rename the call (any case, not in strings)
+        tree = sqlglot.parse_one(re.sub(r"\bWINDOW\s*\(", f"{_CALL}(", sql, flags=re.I),
+                                 read="spark")
     except sqlglot.errors.ParseError as e:
         raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
     group = tree.args.get("group") if isinstance(tree, exp.Select) else None
     calls = [g for g in (group.expressions if group else [])
-             if isinstance(g, exp.Anonymous) and g.name.upper() == "WINDOW"]
+             if isinstance(g, exp.Anonymous) and g.name.upper() == _CALL]
     if len(calls) != 1:
         raise QueryError("a windowed query groups by one WINDOW(time, range[, slide[, "
                          "source]]), e.g. GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', "
                          "host)")
     call = calls[0]
     args = call.expressions
+    text = call.sql().replace(_CALL, "WINDOW")
     if not 2 <= len(args) <= 4 or not isinstance(args[0], exp.Column) or (
             len(args) == 4 and not isinstance(args[3], exp.Column)):
-        raise QueryError(f"{call.sql()}: WINDOW takes a time column, a range, an optional "
+        raise QueryError(f"{text}: WINDOW takes a time column, a range, an optional "
                          "slide and an optional source column")
     literal = [a.this if isinstance(a, exp.Literal) else None for a in args[1:3]]
     if None in literal:
-        raise QueryError(f"{call.sql()}: range and slide are literals ('5 minutes', 300)")
+        raise QueryError(f"{text}: range and slide are literals ('5 minutes', 300)")
     group.set("expressions", [g for g in group.expressions if g is not call])
     if not group.expressions:
         tree.set("group", None)

@@ -1,0 +1,181 @@
+"""Window queries under the controller: after every epoch, every window result equals
+DuckDB's aggregate over exactly the raw records of the cells its C2 says it includes."""
+
+from __future__ import annotations
+
+import operator
+import random
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strata import Dataflow
+from strata.controller import Controller
+from strata.model.errors import EpochError
+from strata.windows import Eviction, Fidelity, MapReduce, WindowQuery, add_window, from_sql
+from tests.windows.weblog import DDL, SQL, check_epoch, increments, net, write
+
+
+def _window_sql(range_: int, slide: int) -> str:
+    return SQL.replace("GROUP BY url", f"GROUP BY url, WINDOW(ts, {range_}, {slide}, host)")
+
+
+@contextmanager
+def _run(spark, tmp_path, query, raw, sql=SQL, shed=False):
+    """Run ``raw`` epoch by epoch, checking every result after each: (controller,
+    results checked, each epoch's metrics)."""
+    df = Dataflow("weblog")
+    df.source("log", DDL)
+    add_window(df, query)
+    width = df.stages[query.name].program.plan.panes.width
+    checked, metrics = 0, []
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for e, batch in enumerate(raw, 1):
+            c.ingest("log", [write(tmp_path, batch)])
+            metrics += [r.metrics for r in c.run()]
+            checked += check_epoch(c, query.name, e, raw, width, sql, shed)
+        yield c, checked, metrics
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10_000), slide=st.integers(1, 4), ratio=st.integers(1, 4),
+       hosts=st.integers(1, 3), deadline=st.sampled_from([None, 0, 3]),
+       invertible=st.booleans())
+def test_random_windows_equal_duckdb_over_their_c2_cells(spark, tmp_path_factory, seed,
+                                                         slide, ratio, hosts, deadline,
+                                                         invertible):
+    """Random ranges, slides, sources, late and missing data; with max (Two-Stacks) or
+    without (combine/uncombine)."""
+    rng = random.Random(seed)
+    raw = increments(rng, hosts, epochs=5, span=6)
+    sql = SQL.replace(" max(bytes) AS biggest,", "") if invertible else SQL
+    window = sql.replace("GROUP BY url", f"GROUP BY url, WINDOW(ts, "
+                         f"{slide * ratio + rng.randrange(2)}, {slide}, host)")
+    query = from_sql("w", window, eviction=Eviction(deadline=deadline, lateness=6))
+    with _run(spark, tmp_path_factory.mktemp("w"), query, raw, sql=sql) as (_, checked, m):
+        assert checked or deadline is None
+        if not invertible:  # max has no inverse: Two-Stacks never uncombines
+            assert m[-1]["uncombines"] == 0
+
+
+def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
+    rng = random.Random(5)
+    raw = increments(rng, 3, epochs=4, span=6, silent=0.0, late=0.0)
+    late = raw[1][:3]  # h0's first records of epoch 2 arrive two epochs late
+    raw[1] = raw[1][3:]
+    raw[3] = raw[3] + late
+    query = from_sql("w", _window_sql(4, 2), eviction=Eviction(deadline=0, lateness=20))
+    with _run(spark, tmp_path, query, raw) as (c, checked, metrics):
+        assert checked >= 5
+        refined = [r for e, _ in c.stored_increments("w_windows")
+                   for r in c.read_flow("w_windows", e).to_pylist() if r["_mult"] == -1]
+        assert refined, "late cells must retract the results emitted without them"
+        assert any(m["windows_refined"] for m in metrics)
+
+
+def test_failure_eviction_emits_without_a_silent_source_then_fills_the_gap(spark, tmp_path):
+    rng = random.Random(9)
+    raw = increments(rng, 3, epochs=5, span=6, silent=0.0, late=0.0)
+    gone = [r for batch in raw[1:4] for r in batch if r["host"] == "h2"]
+    raw[1:4] = [[r for r in batch if r["host"] != "h2"] for batch in raw[1:4]]
+    raw[4] += gone  # h2 comes back: gap recovery
+    query = from_sql("w", _window_sql(6, 3), eviction=Eviction(failure_timeout=6,
+                                                               lateness=40))
+    with _run(spark, tmp_path, query, raw) as (c, checked, metrics):
+        assert checked
+        boards = [r for e, _ in c.stored_increments("w_c2")
+                  for r in c.read_flow("w_c2", e).to_pylist()]
+        assert any(r["status"] == "failed" and r["_mult"] == 1 for r in boards)
+        assert any("failure" in m["emit_reasons"] for m in metrics)
+        # h2's data came back: the windows emitted without it were refined with its cells
+        final = net(c, "w_c2", 5)
+        assert any(dict(k)["source"] == "h2" and dict(k)["records"] > 0
+                   for w, cells in final.items() if 6 <= w < 24 for k in cells)
+
+
+def test_fidelity_policy_waits_for_its_spec(spark, tmp_path):
+    rng = random.Random(2)
+    raw = increments(rng, 2, epochs=4, span=6, silent=0.0, late=0.0)
+    held = [r for batch in raw[1:3] for r in batch if r["host"] == "h1"]
+    raw[1:3] = [[r for r in batch if r["host"] != "h1"] for batch in raw[1:3]]
+    raw[3] += held
+    query = from_sql("w", _window_sql(6, 6), eviction=Eviction(
+        fidelity=Fidelity("spatial", 0.5), lateness=12))
+    with _run(spark, tmp_path, query, raw) as (c, checked, metrics):
+        assert checked
+        assert metrics[2]["emit_reasons"] == {"fidelity": 1}  # h1's half is not there
+        assert metrics[3]["windows_refined"]  # and refines it when it comes
+        first = net(c, "w_windows", 3)
+        assert all(dict(k)["c2_spatial"] == 0.5 for k in first[6])
+
+
+def test_map_reduce_word_count_with_uncombine(spark, tmp_path):
+    rng = random.Random(4)
+    raw = increments(rng, 2, epochs=3, span=6, silent=0.0, late=0.0)
+    query = WindowQuery("mr", "log", 6, 3, time="ts", source="host", mapreduce=MapReduce(
+        map=lambda r: [(r["url"], 1)], combine=operator.add, uncombine=operator.sub,
+        reduce=lambda k, n: n, key="url", result="n", result_type="bigint"),
+        eviction=Eviction(deadline=0))
+    sql = "SELECT url, count(*) AS n FROM log GROUP BY url"
+    with _run(spark, tmp_path, query, raw, sql=sql) as (_, checked, metrics):
+        assert checked >= 3
+        assert metrics[-1]["uncombines"] > 0  # slid with uncombine, not re-combined
+
+
+def test_timestamps_and_a_total_aggregate(spark, tmp_path):
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = Dataflow("ts")
+    df.source("log", "ts timestamp, host string, bytes bigint")
+    add_window(df, from_sql("t", "SELECT count(*) AS n, sum(bytes) AS b FROM log "
+                                 "GROUP BY WINDOW(ts, '1 minute', '30 seconds', host)"))
+    base = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for i in range(3):
+            rows = [{"ts": base + dt.timedelta(seconds=30 * i + j), "host": "a",
+                     "bytes": j} for j in range(30)]
+            path = tmp_path / f"{i}.parquet"
+            pq.write_table(pa.Table.from_pylist(rows), path)
+            c.ingest("log", [str(path)])
+            c.run()
+        got = sorted((r["window_start"], r["n"], r["b"]) for e, _ in c.stored_increments(
+            "t_windows") for r in c.read_flow("t_windows", e).to_pylist())
+    # complete windows only (no deadline): [-30 s, 30 s) and [0, 60 s); [30 s, 90 s) is
+    # open until the source sends a time past 90 s
+    assert [(w - base).total_seconds() for w, _, _ in got] == [-30, 0]
+    assert [(n, b) for _, n, b in got] == [(30, 435), (60, 870)]
+
+
+def test_a_record_without_time_or_source_is_an_epoch_error(spark, tmp_path):
+    df = Dataflow("bad")
+    df.source("log", DDL)
+    add_window(df, from_sql("w", _window_sql(4, 2)))
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        c.ingest("log", [write(tmp_path, [{"ts": 1, "host": "a", "url": "/", "bytes": 1,
+                                           "user": "u"},
+                                          {"ts": None, "host": "b", "url": "/x",
+                                           "bytes": 2, "user": "u"}])])
+        with pytest.raises(EpochError) as info:
+            c.run()
+        text = str(info.value)
+        assert "'w'" in text and "epoch 1" in text and "'log'" in text and "/x" in text
+        assert not list(c.stored_increments("w_windows"))
+
+
+def test_bad_window_queries_are_refused_clearly():
+    df = Dataflow("bad")
+    df.source("log", DDL)
+    with pytest.raises(Exception, match="WINDOW"):
+        from_sql("w", "SELECT url, count(*) FROM log GROUP BY url")
+    with pytest.raises(Exception, match="no column 'moment'"):
+        add_window(df, from_sql("w", "SELECT url, count(*) AS n FROM log "
+                                     "GROUP BY url, WINDOW(moment, 4, 2, host)"))
+    with pytest.raises(Exception, match="shorter than its slide"):
+        add_window(df, from_sql("w", _window_sql(2, 4)))
+    with pytest.raises(Exception, match="duration"):
+        add_window(df, from_sql("w", _window_sql(4, 2).replace("4, 2", "'4 minutes', 2")))
