@@ -101,14 +101,17 @@ class TwoStacks(Generic[T]):
         self.back_value = self.algebra.combine(self.back_value, value)
 
     def _pop(self) -> None:
-        if not self.front:  # flip: the back stack's panes become suffix aggregates
-            a, acc = self.algebra, None
-            for v in reversed(self.back):
-                acc = v if acc is None else a.combine(v, acc)
-                self.front.append(acc)
-            self.back.clear()
-            self.back_value = a.identity()
-        self.front.pop()
+        if self.front:
+            self.front.pop()
+            return
+        # flip: the back stack's panes become suffix aggregates, except the oldest, which
+        # is the one evicted (its suffix, the whole stack, would be thrown away at once)
+        a, acc = self.algebra, None
+        for v in reversed(list(self.back)[1:]):
+            acc = v if acc is None else a.combine(v, acc)
+            self.front.append(acc)
+        self.back.clear()
+        self.back_value = a.identity()
 
     def query(self, lo: int, hi: int) -> T:
         """The aggregate of panes ``[lo, hi)``."""

@@ -1,0 +1,100 @@
+"""C2 scoreboards, eviction decisions and load shedding: pure functions, no Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.model.errors import StrataError
+from strata.windows.c2 import Status, scoreboard
+from strata.windows.panes import Panes, parse_duration
+from strata.windows.policies import (
+    Eviction,
+    Ewma,
+    Fidelity,
+    emit_reason,
+    failed_sources,
+    plan_shedding,
+)
+
+PANES = Panes(range=40, slide=10)  # 4 panes of 10 per window
+
+
+def _board(records, progress, shed=None, failed=(), sources=("a", "b")):
+    return scoreboard(0, PANES, sources, records, progress, shed or {}, failed)
+
+
+def test_panes_windows_and_durations():
+    p = Panes(range=parse_duration("1 hour", "timestamp"),
+              slide=parse_duration("5 minutes", "timestamp"))
+    assert (p.per_window, p.per_slide, p.width) == (12, 1, 300_000_000)
+    odd = Panes(range=10, slide=4)  # gcd 2
+    for pane in range(-20, 20):
+        for k in odd.windows_of_pane(pane):
+            assert pane in odd.window_panes(k)
+        assert pane not in odd.window_panes(odd.windows_of_pane(pane).start - 1)
+        assert pane not in odd.window_panes(odd.windows_of_pane(pane).stop)
+    with pytest.raises(StrataError, match="duration"):
+        parse_duration("5 fortnights", "timestamp")
+
+
+def test_cells_tell_data_empty_pending_skipped_and_failed_apart():
+    b = _board({("a", 0): 3, ("a", 1): 2, ("b", 0): 1}, {"a": 35, "b": 12},
+               shed={("a", 2): 4}, failed=["b"])
+    cells = {k: c.status for k, c in b.cells.items()}
+    assert cells[("a", 0)] is Status.DATA and cells[("a", 1)] is Status.DATA
+    assert cells[("a", 2)] is Status.SKIPPED and cells[("a", 3)] is Status.PENDING
+    assert cells[("b", 0)] is Status.DATA  # b moved past pane 0 (time 12 ≥ 10)
+    assert cells[("b", 1)] is Status.FAILED  # b stopped inside pane 1
+    assert b.complete == 3 and b.total == 8 and b.fraction == 3 / 8
+    assert b.records == 6 and b.included == {("a", 0), ("a", 1), ("b", 0)}
+    assert b.spatial == 0.0  # pane 3 is complete from no source
+    assert b.temporal == 0.25  # b: 1 of 4 panes
+    assert "C2 3/8" in b.summary() and "1 skipped" in b.summary()
+
+
+def test_eviction_reasons():
+    done = _board({}, {"a": 40, "b": 40})
+    assert emit_reason(done, 40, 40, Eviction()) == "complete"
+    half = _board({}, {"a": 40, "b": 5})
+    assert emit_reason(half, 40, 40, Eviction()) is None
+    assert emit_reason(half, 40, 45, Eviction(deadline=5)) == "deadline"
+    assert emit_reason(half, 40, 44, Eviction(deadline=5)) is None
+    assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("spatial", 0.5))) == \
+        "fidelity"
+    assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("temporal", 0.5))) is None
+    assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("fraction", 0.6))) is None
+    gone = _board({}, {"a": 40, "b": 5}, failed=["b"])
+    assert emit_reason(gone, 40, 40, Eviction(failure_timeout=10)) == "failure"
+    with pytest.raises(StrataError):
+        Fidelity("spatial", 1.5)
+
+
+def test_failed_sources_by_silence():
+    progress = {"a": 100, "b": 60}
+    assert failed_sources(progress, ["a", "b", "c"], 100, 0, None) == set()
+    assert failed_sources(progress, ["a", "b", "c"], 100, 0, 30) == {"b", "c"}
+    assert failed_sources(progress, ["a", "b", "c"], 100, 80, 30) == {"b"}
+
+
+def test_ewma_is_biased_to_the_newest_observation():
+    e = Ewma()
+    assert e.update(10) == 10
+    assert e.update(0) == pytest.approx(2.0)  # 0.8·0 + 0.2·10
+
+
+def test_shedding_fits_the_budget_keeps_c2_shape_and_is_deterministic():
+    rows = {(s, p): 10 for s in "abcd" for p in range(5)}  # 200 rows
+    assert plan_shedding(rows, None, 1.0, "random", 0) == set()  # no estimate yet
+    assert plan_shedding(rows, 0.001, 1.0, "random", 0) == set()  # fits
+    for kind in ("random", "spatial", "temporal"):
+        shed = plan_shedding(rows, 0.01, 1.0, kind, 7)  # 100 rows fit
+        assert shed == plan_shedding(rows, 0.01, 1.0, kind, 7)
+        assert sum(rows[c] for c in rows if c not in shed) <= 100
+        assert len(shed) == 10, kind
+    spatial = plan_shedding(rows, 0.01, 1.0, "spatial", 7)
+    assert len({s for s, _ in spatial}) == 2  # whole sources go
+    temporal = plan_shedding(rows, 0.01, 1.0, "temporal", 7)
+    kept = {s: sum(1 for p in range(5) if (s, p) not in temporal) for s in "abcd"}
+    assert max(kept.values()) - min(kept.values()) <= 1  # every source keeps its share
+    assert plan_shedding(rows, 0.01, 1.0, "random", 7) != plan_shedding(rows, 0.01, 1.0,
+                                                                        "random", 8)
