@@ -56,8 +56,8 @@ def status_of(home: Path) -> dict:
 
 # -- help and version ------------------------------------------------------------------
 HELP = {
-    (): ["run", "ingest", "status", "show", "export", "graph", "series", "--version",
-         "Exit codes"],
+    (): ["run", "ingest", "status", "show", "export", "graph", "series", "window",
+         "--version", "Exit codes"],
     ("run",): ["PIPELINE", "--home", "--master", "--mode", "--partitions", "--until-idle",
                "--follow", "--watch", "--max-epochs", "--poll", "--json", "--traceback",
                "--py-files", "--remote"],
@@ -71,6 +71,12 @@ HELP = {
     ("series", "add"): ["NAME", "SQL", "--home", "--table", "--period", "--replace",
                         "--dry-run", "--json"],
     ("series", "show"): ["NAME", "--occurrence", "--all", "--format", "--limit"],
+    ("window",): ["add", "list", "c2"],
+    ("window", "add"): ["NAME", "SQL", "WINDOW", "--deadline", "--fidelity",
+                        "--failure-timeout", "--lateness", "--source", "--shed-budget",
+                        "--shed-kind", "--seed", "--dry-run", "--json"],
+    ("window", "c2"): ["NAME", "--window", "--png", "--json"],
+    ("query",): ["SQL", "WINDOW"],
 }
 
 

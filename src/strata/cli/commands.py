@@ -7,6 +7,7 @@ Only ``strata run`` starts Spark; ``ingest``, ``status``, ``show``, ``query`` an
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -437,10 +438,18 @@ def query(
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
     every later `strata run` of the home keeps its answer up to date (it sees the
     increments that arrive after it is registered). The query is compiled once, here;
-    the home keeps the compiled stage."""
+    the home keeps the compiled stage. A query whose GROUP BY has WINDOW(time, range[,
+    slide[, source]]) is a windowed query (`strata window add` sets its policies)."""
     with output.reported():
         from strata.physical.registration import compiled
         from strata.queries.stage import add_query
+
+        if re.search(r"\bWINDOW\s*\(", sql, re.I):
+            from strata.cli.windows import _print, register_sql
+
+            _print(register_sql(home, name, sql, dry_run=dry_run), json_out,
+                   registered=not dry_run)
+            return
 
         root = _existing_home(home)
         keys: dict[str, list[str]] = {}

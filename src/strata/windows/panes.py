@@ -22,7 +22,7 @@ _UNITS = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
 
 
-def parse_duration(text: str | int, time_type: str) -> int:
+def parse_duration(text: str | int, time_type: str, allow_zero: bool = False) -> int:
     """``'5 minutes'`` (or a number, in the column's units) in the column's units."""
     if isinstance(text, int) or str(text).strip().isdigit():
         value = int(text)
@@ -35,8 +35,9 @@ def parse_duration(text: str | int, time_type: str) -> int:
             raise StrataError(f"duration {text!r} needs a timestamp column; the event-time "
                               f"column is {time_type}: give a whole number in its units")
         value = round(int(m.group(1)) * _UNITS[m.group(2)] * 1_000_000)
-    if value <= 0:
-        raise StrataError(f"a window's range and slide must be positive, not {text!r}")
+    if value < 0 or value == 0 and not allow_zero:
+        raise StrataError(f"a duration must be positive, not {text!r}" if not allow_zero
+                          else f"a duration cannot be negative: {text!r}")
     return value
 
 
