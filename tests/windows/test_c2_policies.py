@@ -20,7 +20,8 @@ PANES = Panes(range=40, slide=10)  # 4 panes of 10 per window
 
 
 def _board(records, progress, shed=None, failed=(), sources=("a", "b")):
-    return scoreboard(0, PANES, sources, records, progress, shed or {}, failed)
+    return scoreboard(PANES.window_id(0), PANES.width, sources, records, progress,
+                      shed or {}, failed)
 
 
 def test_panes_windows_and_durations():

@@ -21,7 +21,7 @@ def test_windows_from_the_cli(spark, tmp_path):
     ok("ingest", "log", write(tmp_path, raw[0]), "--home", home)  # before: backfilled
     info = json.loads(ok("query", WINDOWED, "--name", "top", "--home", home,
                          "--json").stdout)
-    assert info["registered"] and info["panes_per_window"] == 2
+    assert info["registered"] and info["windows"][0]["panes"] == 2
     assert not info["invertible"]  # max(bytes): Two-Stacks
     out = ok("window", "add", "late", WINDOWED, "--home", home, "--deadline", "0",
              "--fidelity", "spatial=0.5", "--failure-timeout", "12", "--lateness", "6").stdout

@@ -15,6 +15,7 @@ from strata import Dataflow
 from strata.controller import Controller
 from strata.model.errors import EpochError
 from strata.windows import Eviction, Fidelity, MapReduce, WindowQuery, add_window, from_sql
+from strata.windows.query import WindowPlan
 from tests.windows.weblog import DDL, SQL, check_epoch, increments, net, write
 
 
@@ -29,7 +30,7 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False):
     df = Dataflow("weblog")
     df.source("log", DDL)
     add_window(df, query)
-    width = df.stages[query.name].program.plan.panes.width
+    width = df.stages[query.name].program.plan.width
     checked, metrics = 0, []
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for e, batch in enumerate(raw, 1):
@@ -92,7 +93,7 @@ def test_failure_eviction_emits_without_a_silent_source_then_fills_the_gap(spark
         # h2's data came back: the windows emitted without it were refined with its cells
         final = net(c, "w_c2", 5)
         assert any(dict(k)["source"] == "h2" and dict(k)["records"] > 0
-                   for w, cells in final.items() if 6 <= w < 24 for k in cells)
+                   for w, cells in final.items() if 6 <= w[0] < 24 for k in cells)
 
 
 def test_fidelity_policy_waits_for_its_spec(spark, tmp_path):
@@ -108,7 +109,7 @@ def test_fidelity_policy_waits_for_its_spec(spark, tmp_path):
         assert metrics[2]["emit_reasons"] == {"fidelity": 1}  # h1's half is not there
         assert metrics[3]["windows_refined"]  # and refines it when it comes
         first = net(c, "w_windows", 3)
-        assert all(dict(k)["c2_spatial"] == 0.5 for k in first[6])
+        assert all(dict(k)["c2_spatial"] == 0.5 for k in first[(6, 12)])
 
 
 def test_map_reduce_word_count_with_uncombine(spark, tmp_path):
@@ -179,3 +180,25 @@ def test_bad_window_queries_are_refused_clearly():
         add_window(df, from_sql("w", _window_sql(2, 4)))
     with pytest.raises(Exception, match="duration"):
         add_window(df, from_sql("w", _window_sql(4, 2).replace("4, 2", "'4 minutes', 2")))
+
+
+def test_several_windows_share_one_pane_store(spark, tmp_path):
+    rng = random.Random(11)
+    raw = increments(rng, 3, epochs=4, span=12)
+    sql = SQL.replace(" max(bytes) AS biggest,", "")
+    windowed = sql.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host), "
+                           "WINDOW(ts, 6, 3, host), WINDOW(ts, 12, 12, host)")
+    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=12))
+    plan = WindowPlan(query, {"ts": "bigint", "host": "string", "url": "string",
+                              "bytes": "bigint", "user": "string"})
+    assert plan.width == 1 and [s.per_window for s in plan.specs] == [6, 6, 12]
+    with _run(spark, tmp_path, query, raw, sql=sql) as (c, checked, metrics):
+        assert checked > 10
+        # every record is aggregated once, into one pane store, whatever the windows
+        assert all(m["rows_aggregated"] == m["input_rows"] for m in metrics)
+        ends = {w[1] - w[0] for w in net(c, "w_windows", len(raw))}
+        assert ends == {6, 12}
+        # [0, 6) is a window of both 6/2 and 6/3: emitted once
+        firsts = [r for r in c.read_flow("w_windows").to_pylist()
+                  if (r["window_start"], r["window_end"]) == (0, 6) and r["_mult"] == 1]
+        assert len(firsts) == len({r["url"] for r in firsts})

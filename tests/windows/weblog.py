@@ -49,24 +49,27 @@ def write(tmp: Path, records: list[dict]) -> str:
     return str(path)
 
 
-def net(c, flow: str, upto: int) -> dict[int, Counter]:
-    """The flow's rows netted over epochs ≤ ``upto``, per window start, with the epoch
-    of each window's last change."""
+def net(c, flow: str, upto: int) -> dict[tuple, Counter]:
+    """The flow's rows netted over epochs ≤ ``upto``, per window (start, end)."""
     out: dict[int, Counter] = {}
     for e, _ in c.stored_increments(flow):
         if e > upto:
             continue
         for r in c.read_flow(flow, e).to_pylist():
             m = r.pop("_mult")
-            out.setdefault(r["window_start"], Counter())[tuple(sorted(r.items()))] += m
+            w = (r["window_start"], r["window_end"])
+            out.setdefault(w, Counter())[tuple(sorted(r.items()))] += m
     return {w: Counter({k: v for k, v in rows.items() if v}) for w, rows in out.items()}
 
 
-def last_change(c, flow: str, upto: int) -> dict[int, int]:
-    out: dict[int, int] = {}
+def last_change(c, flow: str, upto: int) -> dict[tuple, int]:
+    """The epoch of each window's last change in ``flow``."""
+    out: dict[tuple, int] = {}
     for e, _ in c.stored_increments(flow):
         if e <= upto:
-            for w in set(c.read_flow(flow, e).column("window_start").to_pylist()):
+            t = c.read_flow(flow, e)
+            for w in zip(t.column("window_start").to_pylist(),
+                         t.column("window_end").to_pylist(), strict=True):
                 out[w] = e
     return out
 

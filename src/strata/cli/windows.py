@@ -121,8 +121,9 @@ def _schema(ddl: str):
 def _print(program, json_out: bool, registered: bool) -> None:
     plan, q = program.plan, program.plan.query
     info = {"name": q.name, "flow": q.flow, "registered": registered,
-            "time": q.time, "source": q.source, "pane_width": plan.panes.width,
-            "panes_per_window": plan.panes.per_window, "panes_per_slide": plan.panes.per_slide,
+            "time": q.time, "source": q.source, "pane_width": plan.width,
+            "windows": [{"range": s.range, "slide": s.slide, "panes": s.per_window,
+                         "panes_per_slide": s.per_slide} for s in plan.specs],
             "invertible": plan.algebra.invertible, "eviction": q.eviction.describe(),
             "outputs": [program.result_flow, program.board_flow],
             "columns": plan.result_columns()}
@@ -132,8 +133,8 @@ def _print(program, json_out: bool, registered: bool) -> None:
     console = output.out()
     console.print(f"window query [bold]{escape(q.name)}[/] over {escape(q.flow)}: "
                   f"{program.describe()}")
-    console.print(f"panes of {plan.panes.width} (units of {escape(q.time)}), "
-                  f"{plan.panes.per_window} per window; windows slide by "
+    console.print(f"one pane store (panes of {plan.width} units of {escape(q.time)}) for "
+                  f"{len(plan.specs)} window(s); windows slide by "
                   + ("combine + uncombine" if plan.algebra.invertible
                      else "Two-Stacks (an aggregate without an inverse)"))
     console.print(f"results → {program.result_flow}, scoreboards → {program.board_flow}"
@@ -202,7 +203,7 @@ def c2(
                               f"{', '.join(map(str, starts[-5:]))} (newest)")
         mine = [c for c in cells if c["window_start"] == pick]
         panes = sorted({c["pane_start"] for c in mine})
-        board = Scoreboard(0, {(c["source"], panes.index(c["pane_start"])): Cell(
+        board = Scoreboard((0, len(panes)), {(c["source"], panes.index(c["pane_start"])): Cell(
             Status(c["status"]), c["records"], c["shed"]) for c in mine})
         if png is not None:
             draw(board, [str(p) for p in panes], str(png), f"{name}: window {pick}")

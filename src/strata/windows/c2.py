@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from strata.windows.panes import Panes
+from strata.windows.panes import WindowId, window_panes
 
 CellKey = tuple[str, int]  # (source, pane)
 
@@ -45,7 +45,7 @@ class Cell:
 class Scoreboard:
     """The C2 of window ``window``: a cell per (source, pane)."""
 
-    window: int
+    window: WindowId
     cells: Mapping[CellKey, Cell]
 
     @property
@@ -106,12 +106,12 @@ class Scoreboard:
                  "shed": c.shed} for (s, p), c in sorted(self.cells.items())]
 
     @classmethod
-    def from_rows(cls, window: int, rows: Iterable[Mapping]) -> Scoreboard:
+    def from_rows(cls, window: WindowId, rows: Iterable[Mapping]) -> Scoreboard:
         return cls(window, {(r["source"], r["pane"]): Cell(Status(r["status"]), r["records"],
                                                          r["shed"]) for r in rows})
 
 
-def scoreboard(window: int, panes: Panes, sources: Iterable[str],
+def scoreboard(window: WindowId, width: int, sources: Iterable[str],
                records: Mapping[CellKey, int], progress: Mapping[str, int],
                shed: Mapping[CellKey, int], failed: Iterable[str]) -> Scoreboard:
     """The C2 of ``window`` from the cells' record counts, each source's progress (the
@@ -119,9 +119,9 @@ def scoreboard(window: int, panes: Panes, sources: Iterable[str],
     failed = set(failed)
     cells: dict[CellKey, Cell] = {}
     for s in sources:
-        for p in panes.window_panes(window):
+        for p in window_panes(window):
             n, dropped = records.get((s, p), 0), shed.get((s, p), 0)
-            past = progress.get(s, -(2 ** 62)) >= panes.pane_end(p)
+            past = progress.get(s, -(2 ** 62)) >= (p + 1) * width
             if dropped:
                 status = Status.SKIPPED
             elif past:

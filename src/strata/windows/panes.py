@@ -51,21 +51,34 @@ def time_sql(column: str, time_type: str) -> str:
                       "timestamp or a whole number")
 
 
+WindowId = tuple[int, int]  # a window: its first pane and its number of panes
+
+
 @dataclass(frozen=True)
 class Panes:
-    """A window's range and slide and the panes they cut the time axis into."""
+    """A window's range and slide and the panes they cut the time axis into: of width
+    gcd(range, slide), or ``shared``, a width dividing both (windows of several ranges
+    and slides over one pane store)."""
 
     range: int
     slide: int
+    shared: int | None = None
 
     def __post_init__(self) -> None:
         if self.range < self.slide:
             raise StrataError(f"a window's range ({self.range}) is shorter than its slide "
                               f"({self.slide}): records between windows would be lost")
+        if self.shared is not None and (self.range % self.shared or self.slide % self.shared):
+            raise StrataError(f"pane width {self.shared} does not divide range {self.range} "
+                              f"and slide {self.slide}")
 
     @property
     def width(self) -> int:
-        return math.gcd(self.range, self.slide)
+        return self.shared or math.gcd(self.range, self.slide)
+
+    def window_id(self, k: int) -> WindowId:
+        """Window ``k`` as its first pane and number of panes."""
+        return (k * self.per_slide, self.per_window)
 
     @property
     def per_window(self) -> int:
@@ -99,3 +112,12 @@ class Panes:
         """The windows that include ``pane``: k·s ≤ pane < k·s + r (in panes)."""
         return range(-((self.per_window - 1 - pane) // self.per_slide),
                      pane // self.per_slide + 1)
+
+
+def shared_width(specs: list[tuple[int, int]]) -> int:
+    """The widest pane that divides every range and slide of ``specs``."""
+    return math.gcd(*[v for spec in specs for v in spec])
+
+
+def window_panes(window: WindowId) -> range:
+    return range(window[0], window[0] + window[1])

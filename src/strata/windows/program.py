@@ -44,6 +44,7 @@ from strata.storage.increments import Increment, write_table
 from strata.storage.manifest import StateSnapshot
 from strata.windows.aggregates import PaneTable, mapped_cells
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
+from strata.windows.panes import WindowId, window_panes
 from strata.windows.policies import Ewma, emit_reason, failed_sources, plan_shedding
 from strata.windows.query import WindowPlan
 from strata.windows.sliding import Counted, slider
@@ -61,7 +62,7 @@ class WindowProgram(StageProgram):
         self.plan = plan
         self._cache: WindowState | None = None
         self._cache_state = WindowState()  # the state the slider's panes come from
-        self._slider: Any = None
+        self._sliders: list[Any] = []  # one per window spec
         self._panes: dict[int, PaneTable] = {}
 
     def __getstate__(self) -> dict:
@@ -79,9 +80,9 @@ class WindowProgram(StageProgram):
         return scoreboard_flow(self.plan.query.name)
 
     def describe(self) -> str:
-        q, p = self.plan.query, self.plan.panes
-        return (f"window {q.range}/{q.slide or q.range} ({p.per_window} panes of "
-                f"{p.width}); {q.eviction.describe()}")
+        q, plan = self.plan.query, self.plan
+        specs = ", ".join(f"{s.range}/{s.slide} ({s.per_window} panes)" for s in plan.specs)
+        return f"windows {specs} of panes of {plan.width}; {q.eviction.describe()}"
 
     # -- one epoch -------------------------------------------------------------------------
     def run(self, ctx: EpochContext) -> EpochOutcome:
@@ -110,9 +111,12 @@ class WindowProgram(StageProgram):
                 ws.records[(s, p)] = ws.records.get((s, p), 0) + n
         deltas = ws.add_cells(plan.algebra, cells)
         self._pane_changes(deltas)
-        if ws.frontier is None and stats:
-            ws.frontier = plan.panes.windows_of_pane(min(p for _, p in stats)).start
-            ws.floor = plan.panes.window_panes(ws.frontier).start
+        if not ws.frontier and stats:  # the first windows: those of the earliest pane
+            first = min(p for _, p in stats)
+            ws.frontier = {i: spec.windows_of_pane(first).start
+                           for i, spec in enumerate(plan.specs)}
+            ws.floor = min(spec.window_panes(ws.frontier[i]).start
+                           for i, spec in enumerate(plan.specs))
         windows, reasons = self._due(ws)
         rows = self._answers(spark, windows, lift_schema)
         boards = {w: self._board(ws, w) for w in windows}
@@ -144,7 +148,7 @@ class WindowProgram(StageProgram):
         committed = ctx.committed.state or {}
         if self._cache is not None and self._cache.attempt == committed.get("attempt"):
             return self._cache
-        self._slider, self._panes = None, {}
+        self._sliders, self._panes = [], {}
         self._cache_state = load(committed, ctx.layout.program_dir(FILES), self.plan.algebra)
         return self._cache_state
 
@@ -159,7 +163,7 @@ class WindowProgram(StageProgram):
             d = d.withColumn("_mult", F.lit(1).cast("bigint"))
         t = F.expr(plan.time_sql)
         return d.select("*", F.col(f"`{plan.query.source}`").cast("string").alias("_src"),
-                        t.alias("_t"), F.floor(t / F.lit(plan.panes.width)).alias("_pane"))
+                        t.alias("_t"), F.floor(t / F.lit(plan.width)).alias("_pane"))
 
     def _cell_stats(self, ctx: EpochContext, frame: DataFrame
                     ) -> dict[CellKey, tuple[int, int, int]]:
@@ -272,55 +276,58 @@ class WindowProgram(StageProgram):
         for p, delta in deltas.items():
             if p in self._panes:
                 self._panes[p] = algebra.combine(self._panes[p], delta)
-            if self._slider is not None:
-                self._slider.changed(p, delta)
+            for agg in self._sliders:
+                agg.changed(p, delta)
 
-    def _board(self, ws: WindowState, w: int) -> Scoreboard:
+    def _board(self, ws: WindowState, w: WindowId) -> Scoreboard:
         q = self.plan.query
         sources = sorted(set(q.sources) | set(ws.progress))
         failed = failed_sources(ws.progress, sources, ws.now or 0, ws.start or 0,
                                 q.eviction.failure_timeout)
-        return scoreboard(w, self.plan.panes, sources, ws.records, ws.progress, ws.shed,
+        return scoreboard(w, self.plan.width, sources, ws.records, ws.progress, ws.shed,
                           failed)
 
-    def _due(self, ws: WindowState) -> tuple[dict[int, PaneTable], dict[int, str]]:
-        """The windows to answer now: those the policy releases, and emitted windows
-        whose cells changed (refined)."""
-        panes, q = self.plan.panes, self.plan.query
+    def _due(self, ws: WindowState) -> tuple[dict[WindowId, PaneTable], dict[WindowId, str]]:
+        """The windows to answer now: those the policy releases (per window spec, in
+        order), and emitted windows whose cells changed (refined)."""
+        plan, q = self.plan, self.plan.query
         self._cache_state = ws
-        if self._slider is None:
-            self._counted = Counted(self.plan.algebra)
-            self._slider = slider(self._counted, self._pane)
-        windows: dict[int, PaneTable] = {}
-        reasons: dict[int, str] = {}
+        if not self._sliders:
+            self._counted = Counted(plan.algebra)
+            self._sliders = [slider(self._counted, self._pane) for _ in plan.specs]
+        windows: dict[WindowId, PaneTable] = {}
+        reasons: dict[WindowId, str] = {}
         now = ws.now
-        while ws.frontier is not None and now is not None and (
-                panes.window_start(ws.frontier) <= now):
-            k = ws.frontier
-            reason = emit_reason(self._board(ws, k), panes.window_end(k), now, q.eviction)
-            if reason is None:
-                break
-            span = panes.window_panes(k)
-            windows[k] = self._slider.query(span.start, span.stop)
-            reasons[k] = reason
-            ws.frontier += 1
+        for i, spec in enumerate(plan.specs):
+            while i in ws.frontier and now is not None and (
+                    spec.window_start(ws.frontier[i]) <= now):
+                w = spec.window_id(ws.frontier[i])
+                if w not in ws.emitted and w not in windows:  # another spec's window too
+                    reason = emit_reason(self._board(ws, w), spec.window_end(ws.frontier[i]),
+                                         now, q.eviction)
+                    if reason is None:
+                        break
+                    windows[w] = self._sliders[i].query(w[0], w[0] + w[1])
+                    reasons[w] = reason
+                ws.frontier[i] += 1
         for w, e in sorted(ws.emitted.items()):
             if w in windows or _included(self._board(ws, w)) == _included(e.board):
                 continue
             table: PaneTable = {}
-            for p in panes.window_panes(w):
-                table = self.plan.algebra.combine(table, self._pane(p))
+            for p in window_panes(w):
+                table = plan.algebra.combine(table, self._pane(p))
             windows[w], reasons[w] = table, "refined"
         ws.counters["combines"] = ws.counters.get("combines", 0) + self._counted.combines
         ws.counters["uncombines"] = ws.counters.get("uncombines", 0) + self._counted.uncombines
         self._counted.combines = self._counted.uncombines = 0
         return windows, reasons
 
-    def _answers(self, spark: SparkSession, windows: Mapping[int, PaneTable], lift_schema
-                 ) -> dict[int, list[dict]]:
+    def _answers(self, spark: SparkSession, windows: Mapping[WindowId, PaneTable],
+                 lift_schema) -> dict[WindowId, list[dict]]:
         """``a`` of each window: its result rows (dicts of the outputs)."""
         plan = self.plan
-        out: dict[int, list[dict]] = {w: [] for w in windows}
+        out: dict[WindowId, list[dict]] = {w: [] for w in windows}
+        ids = {w: i for i, w in enumerate(windows)}
         if not windows:
             return out
         if plan.group is None:
@@ -342,26 +349,27 @@ class WindowProgram(StageProgram):
             if not table and not plan.group.node.keys:  # a total answers over no rows
                 table = {(0,): [0] + [None] * (len(parts) - 1)}
             for k, v in table.items():
-                row: dict[str, Any] = {"_w": w, "_g": dict(zip(key_fields, k, strict=True))}
+                row: dict[str, Any] = {"_w": ids[w],
+                                       "_g": dict(zip(key_fields, k, strict=True))}
                 row.update({p: (list(x.items()) if p in multiset and x is not None else x)
                             for p, x in zip(parts, v, strict=True)})
                 rows.append(row)
         fields = [pa.field("_w", pa.int64()), schema.field("_g"),
                   *[schema.field(p) for p in parts]]
         merged = spark.createDataFrame(pa.Table.from_pylist(rows, pa.schema(fields)))
-        names = list(plan.outputs)
+        names, by_id = list(plan.outputs), list(windows)
         for r in answer(plan.group, merged, spark, carry=("_w",)).toArrow().to_pylist():
-            out[r["_w"]].append({n: r[n] for n in names})
+            out[by_id[r["_w"]]].append({n: r[n] for n in names})
         return out
 
     # -- outputs and state -------------------------------------------------------------------
     def _write_outputs(self, ctx: EpochContext, ws: WindowState,
-                       rows: Mapping[int, list[dict]], boards: Mapping[int, Scoreboard]
-                       ) -> tuple[dict[str, Increment], int]:
-        plan, panes = self.plan, self.plan.panes
+                       rows: Mapping[WindowId, list[dict]],
+                       boards: Mapping[WindowId, Scoreboard]) -> tuple[dict[str, Increment], int]:
+        plan, width = self.plan, self.plan.width
         result, board = [], []
         for w in sorted(rows):
-            start, end = self._time(panes.window_start(w)), self._time(panes.window_end(w))
+            start, end = self._time(w[0] * width), self._time((w[0] + w[1]) * width)
             old = ws.emitted.get(w)
             b = boards[w]
             new_rows = [{"window_start": start, "window_end": end, **r, **_c2(b)}
@@ -370,11 +378,12 @@ class WindowProgram(StageProgram):
                 {"window_start": start, "window_end": end, **r, **_c2(old.board)}
                 for r in old.rows]
             result += _changes(old_rows, new_rows)
-            cells = [{"window_start": start, **r, "pane_start": self._time(
-                panes.pane_start(r.pop("pane")))} for r in b.to_rows()]
+            cells = [{"window_start": start, "window_end": end, **r,
+                      "pane_start": self._time(r.pop("pane") * width)} for r in b.to_rows()]
             old_cells = [] if old is None else [
-                {"window_start": start, **r, "pane_start": self._time(
-                    panes.pane_start(r.pop("pane")))} for r in old.board.to_rows()]
+                {"window_start": start, "window_end": end, **r,
+                 "pane_start": self._time(r.pop("pane") * width)}
+                for r in old.board.to_rows()]
             board += _changes(old_cells, cells)
         outputs = {}
         for flow, columns, changes in ((self.result_flow, plan.result_columns(), result),
@@ -391,28 +400,29 @@ class WindowProgram(StageProgram):
         return units
 
     def _record_results(self, ws: WindowState, directory: str, ctx: EpochContext,
-                        emitted: dict[int, Emitted]) -> None:
+                        emitted: dict[WindowId, Emitted]) -> None:
         if not emitted:
             return
         name = f"results-{ctx.epoch:08d}-{ctx.token}.parquet"
         write_results(fs.join(directory, name), emitted)
         for f in list(ws.result_files):
-            ws.result_files[f] = [w for w in ws.result_files[f] if w not in emitted]
-        ws.result_files[name] = sorted(emitted)
+            ws.result_files[f] = [w for w in ws.result_files[f] if tuple(w) not in emitted]
+        ws.result_files[name] = [list(w) for w in sorted(emitted)]
         ws.emitted.update(emitted)
 
     def _retire(self, ws: WindowState) -> None:
         """Drop windows that can no longer change, and the panes only they held."""
-        panes, now = self.plan.panes, ws.now
-        if now is None or ws.frontier is None:
+        plan, now = self.plan, ws.now
+        if now is None or not ws.frontier:
             return
-        lateness = self.plan.query.eviction.lateness
-        for w in [w for w in ws.emitted if panes.window_end(w) + lateness < now]:
+        lateness, width = plan.query.eviction.lateness, plan.width
+        for w in [w for w in ws.emitted if (w[0] + w[1]) * width + lateness < now]:
             del ws.emitted[w]
-        live = min([ws.frontier, *ws.emitted])
-        ws.floor = panes.window_panes(live).start
-        # the slider still uncombines the panes it spans: they stay in memory until then
-        keep = min(ws.floor, self._slider.lo) if self._slider is not None else ws.floor
+        ws.floor = min([*(spec.window_panes(ws.frontier[i]).start
+                          for i, spec in enumerate(plan.specs)),
+                        *(w[0] for w in ws.emitted)])
+        # the sliders still uncombine the panes they span: those stay until then
+        keep = min([ws.floor, *(agg.lo for agg in self._sliders)])
         for p in [p for p in ws.cells if p < keep]:
             del ws.cells[p]
             self._panes.pop(p, None)
@@ -420,7 +430,7 @@ class WindowProgram(StageProgram):
             for c in [c for c in d if c[1] < ws.floor]:
                 del d[c]
         ws.cell_files = {f: r for f, r in ws.cell_files.items() if r[1] >= ws.floor}
-        ws.result_files = {f: [w for w in v if w in ws.emitted]
+        ws.result_files = {f: [w for w in v if tuple(w) in ws.emitted]
                            for f, v in ws.result_files.items()}
         ws.result_files = {f: v for f, v in ws.result_files.items() if v}
 
@@ -436,11 +446,11 @@ class WindowProgram(StageProgram):
     @classmethod
     def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
         s = snap.state or {}
-        if s.get("frontier") is None:
+        if not s.get("frontier"):
             return None
         sources = len(s.get("progress", {}))
-        return (f"{sources} source(s); next window {s['frontier']}, panes from "
-                f"{s['floor']} kept; {s.get('late_dropped', 0)} late record(s) dropped")
+        return (f"{sources} source(s); panes from {s['floor']} kept, {len(s['cell_files'])} "
+                f"cell file(s); {s.get('late_dropped', 0)} late record(s) dropped")
 
     @classmethod
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:

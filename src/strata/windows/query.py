@@ -26,7 +26,7 @@ from strata.queries.incremental import GroupPlan
 from strata.queries.monoids import monoid
 from strata.queries.sql import parse_sql
 from strata.windows.aggregates import MapReduce, PartsAlgebra
-from strata.windows.panes import Panes, parse_duration, time_sql
+from strata.windows.panes import Panes, parse_duration, shared_width, time_sql
 from strata.windows.policies import SHED_KINDS, Eviction
 
 _CALL = "STRATA_WINDOW"
@@ -55,8 +55,9 @@ class Shedding:
 class WindowQuery:
     """A windowed aggregation of ``flow``: ``sql`` (a grouped SELECT of that flow) or
     ``mapreduce``, over windows of ``range`` every ``slide`` of the ``time`` column,
-    per source ``source``. ``sources`` names the sources expected (others seen count
-    too); ``eviction`` says when results go out; ``shedding`` when to drop load."""
+    per source ``source``; ``more`` adds windows of other ranges and slides over the same
+    panes. ``sources`` names the sources expected (others seen count too); ``eviction``
+    says when results go out; ``shedding`` when to drop load."""
 
     name: str
     flow: str
@@ -69,6 +70,7 @@ class WindowQuery:
     eviction: Eviction = field(default_factory=Eviction)
     sources: tuple[str, ...] = ()
     shedding: Shedding | None = None
+    more: tuple[tuple[str | int, str | int | None], ...] = ()  # more (range, slide)
 
     def __post_init__(self) -> None:
         if (self.sql is None) == (self.mapreduce is None):
@@ -86,31 +88,36 @@ def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
     group = tree.args.get("group") if isinstance(tree, exp.Select) else None
     calls = [g for g in (group.expressions if group else [])
              if isinstance(g, exp.Anonymous) and g.name.upper() == _CALL]
-    if len(calls) != 1:
-        raise QueryError("a windowed query groups by one WINDOW(time, range[, slide[, "
-                         "source]]), e.g. GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', "
-                         "host)")
-    call = calls[0]
-    args = call.expressions
-    text = call.sql().replace(_CALL, "WINDOW")
-    if not 2 <= len(args) <= 4 or not isinstance(args[0], exp.Column) or (
-            len(args) == 4 and not isinstance(args[3], exp.Column)):
-        raise QueryError(f"{text}: WINDOW takes a time column, a range, an optional "
-                         "slide and an optional source column")
-    literal = [a.this if isinstance(a, exp.Literal) else None for a in args[1:3]]
-    if None in literal:
-        raise QueryError(f"{text}: range and slide are literals ('5 minutes', 300)")
-    group.set("expressions", [g for g in group.expressions if g is not call])
+    if not calls:
+        raise QueryError("a windowed query groups by WINDOW(time, range[, slide[, source]]),"
+                         " e.g. GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', host); "
+                         "several WINDOW(...) share one pane store")
+    windows, columns = [], set()
+    for call in calls:
+        args = call.expressions
+        text = call.sql().replace(_CALL, "WINDOW")
+        if not 2 <= len(args) <= 4 or not isinstance(args[0], exp.Column) or (
+                len(args) == 4 and not isinstance(args[3], exp.Column)):
+            raise QueryError(f"{text}: WINDOW takes a time column, a range, an optional "
+                             "slide and an optional source column")
+        literal = [a.this if isinstance(a, exp.Literal) else None for a in args[1:3]]
+        if None in literal:
+            raise QueryError(f"{text}: range and slide are literals ('5 minutes', 300)")
+        windows.append((literal[0], literal[1] if len(literal) > 1 else None))
+        columns.add((args[0].name, args[3].name if len(args) == 4 else None))
+    if len(columns) != 1:
+        raise QueryError("the WINDOW(...) terms of a query name one time column and one "
+                         "source column")
+    time, source = columns.pop()
+    group.set("expressions", [g for g in group.expressions if g not in calls])
     if not group.expressions:
         tree.set("group", None)
     tables = list(tree.find_all(exp.Table))
     if len({t.name for t in tables}) != 1:
         raise QueryError("a windowed query reads one flow")
-    return WindowQuery(name, tables[0].name, literal[0],
-                       literal[1] if len(literal) > 1 else None, time=args[0].name,
-                       source=args[3].name if len(args) == 4 else options.pop("source",
-                                                                              "source"),
-                       sql=tree.sql(dialect="spark"), **options)
+    return WindowQuery(name, tables[0].name, windows[0][0], windows[0][1], time=time,
+                       source=source or options.pop("source", "source"),
+                       more=tuple(windows[1:]), sql=tree.sql(dialect="spark"), **options)
 
 
 @dataclass
@@ -128,9 +135,12 @@ class WindowPlan:
                                   f"{c!r} (columns: {', '.join(self.columns)})")
         self.time_type = self.columns[q.time]
         self.time_sql = time_sql(q.time, self.time_type)
-        rng = parse_duration(q.range, self.time_type)
-        self.panes = Panes(rng, rng if q.slide is None else parse_duration(q.slide,
-                                                                           self.time_type))
+        specs = []
+        for r, sl in ((q.range, q.slide), *q.more):
+            rng = parse_duration(r, self.time_type)
+            specs.append((rng, rng if sl is None else parse_duration(sl, self.time_type)))
+        self.width = shared_width(specs)
+        self.specs = [Panes(r, sl, self.width) for r, sl in dict.fromkeys(specs)]
         clash = set(self.outputs) & (set(RESULT_COLUMNS) | {"_mult"})
         if clash:
             raise StrataError(f"window query {q.name!r}: output columns {sorted(clash)} are "
@@ -190,6 +200,7 @@ class WindowPlan:
 
     def scoreboard_columns(self) -> dict[str, str]:
         """The scoreboard flow: a row per window, source and pane."""
-        return {"window_start": self.time_type, "source": "string",
+        return {"window_start": self.time_type, "window_end": self.time_type,
+                "source": "string",
                 "pane_start": self.time_type, "status": "string", "records": "bigint",
                 "shed": "bigint"}

@@ -28,10 +28,11 @@ from strata.storage import fs
 from strata.storage.increments import write_table
 from strata.windows.aggregates import PaneTable, PartsAlgebra
 from strata.windows.c2 import CellKey, Scoreboard
+from strata.windows.panes import WindowId
 
 CELLS_SCHEMA = pa.schema([("source", pa.string()), ("pane", pa.int64()),
                           ("key", pa.binary()), ("state", pa.binary())])
-RESULTS_SCHEMA = pa.schema([("window", pa.int64()), ("rows", pa.binary()),
+RESULTS_SCHEMA = pa.schema([("window", pa.list_(pa.int64())), ("rows", pa.binary()),
                             ("board", pa.binary())])
 
 
@@ -52,14 +53,14 @@ class WindowState:
     shed: dict[CellKey, int] = field(default_factory=dict)  # records shed per cell
     progress: dict[str, int] = field(default_factory=dict)  # source → latest event time
     start: int | None = None  # the earliest event time of the stream
-    frontier: int | None = None  # the next window to emit
+    frontier: dict[int, int] = field(default_factory=dict)  # window spec → next window
     floor: int | None = None  # panes below it are gone (their windows are final)
-    emitted: dict[int, Emitted] = field(default_factory=dict)  # live emitted windows
+    emitted: dict[WindowId, Emitted] = field(default_factory=dict)  # live emitted
     seconds_per_row: float | None = None  # EWMA of processing cost
     late_dropped: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     cell_files: dict[str, list[int]] = field(default_factory=dict)  # file → [lo, hi] pane
-    result_files: dict[str, list[int]] = field(default_factory=dict)  # file → windows
+    result_files: dict[str, list[list[int]]] = field(default_factory=dict)  # → windows
     attempt: str = ""  # the epoch attempt this state is the result of
 
     @property
@@ -80,7 +81,8 @@ class WindowState:
         return deltas
 
     def to_json(self) -> dict[str, Any]:
-        return {"progress": self.progress, "start": self.start, "frontier": self.frontier,
+        return {"progress": self.progress, "start": self.start,
+                "frontier": {str(i): k for i, k in self.frontier.items()},
                 "floor": self.floor, "shed": [[s, p, n] for (s, p), n in self.shed.items()],
                 "records": [[s, p, n] for (s, p), n in self.records.items()],
                 "seconds_per_row": self.seconds_per_row, "late_dropped": self.late_dropped,
@@ -96,8 +98,8 @@ def write_cells(path: str, cells: list[tuple[str, int, tuple, list]]) -> int:
     return write_table(path, table)
 
 
-def write_results(path: str, windows: Mapping[int, Emitted]) -> int:
-    table = pa.table({"window": list(windows),
+def write_results(path: str, windows: Mapping[WindowId, Emitted]) -> int:
+    table = pa.table({"window": [list(w) for w in windows],
                       "rows": [pickle.dumps(e.rows, protocol=5) for e in windows.values()],
                       "board": [pickle.dumps(e.board, protocol=5) for e in windows.values()]},
                      schema=RESULTS_SCHEMA)
@@ -115,9 +117,9 @@ def read_cells(path: str) -> list[tuple[str, int, tuple, list]]:
             for s, p, k, v in zip(t["source"], t["pane"], t["key"], t["state"], strict=True)]
 
 
-def read_results(path: str) -> dict[int, Emitted]:
+def read_results(path: str) -> dict[WindowId, Emitted]:
     t = _read(path).to_pydict()
-    return {w: Emitted(pickle.loads(r), pickle.loads(b))
+    return {(w[0], w[1]): Emitted(pickle.loads(r), pickle.loads(b))
             for w, r, b in zip(t["window"], t["rows"], t["board"], strict=True)}
 
 
@@ -126,7 +128,8 @@ def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> Win
     if not state:
         return WindowState()
     ws = WindowState(progress=dict(state["progress"]), start=state["start"],
-                     frontier=state["frontier"], floor=state["floor"],
+                     frontier={int(i): k for i, k in state["frontier"].items()},
+                     floor=state["floor"],
                      shed={(s, p): n for s, p, n in state["shed"]},
                      records={(s, p): n for s, p, n in state["records"]},
                      seconds_per_row=state["seconds_per_row"],
@@ -139,7 +142,7 @@ def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> Win
                  if ws.floor is None or c[1] >= ws.floor]
         ws.add_cells(algebra, cells)
     for name in sorted(ws.result_files):
-        live = set(ws.result_files[name])
+        live = {(w[0], w[1]) for w in ws.result_files[name]}
         ws.emitted.update({w: e for w, e in read_results(fs.join(directory, name)).items()
                            if w in live})
     return ws
