@@ -42,9 +42,8 @@ def add(
                                              "NAME_windows, scoreboards to NAME_c2).")],
     sql: Annotated[str, typer.Argument(
         metavar="SQL", show_default=False,
-        help="A grouped SELECT of one flow whose GROUP BY has WINDOW(time, range[, slide[, "
-             "source]]), e.g. \"SELECT url, count(*) AS n FROM log GROUP BY url, "
-             "WINDOW(ts, '1 hour', '5 minutes', host)\".")],
+        help="A grouped query of one flow whose GROUP BY has WINDOW(time, range[, slide[, "
+             "source]]), e.g. ... GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', host).")],
     home: HomeOption,
     deadline: Annotated[str | None, typer.Option(
         help="Latency eviction: emit a window this long after its end (event time, e.g. "
