@@ -181,7 +181,7 @@ def c2(
     (data, empty, open, pending, skipped, failed) and record counts."""
     from strata.controller.inspection import open_home, read_records_of
     from strata.windows.c2 import Cell, Scoreboard, Status
-    from strata.windows.program import scoreboard_flow
+    from strata.windows.rows import scoreboard_flow
 
     with output.reported():
         _, recs = read_records_of(open_home(_existing_home(home)), scoreboard_flow(name),

@@ -47,6 +47,14 @@ from strata.windows.c2 import CellKey, Scoreboard, scoreboard
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.policies import Ewma, emit_reason, failed_sources, plan_shedding
 from strata.windows.query import WindowPlan
+from strata.windows.rows import (
+    changes,
+    included,
+    results_flow,
+    scan_prefix,
+    scoreboard_flow,
+    summary_columns,
+)
 from strata.windows.sliding import Counted, slider
 from strata.windows.state import Emitted, WindowState, load, write_cells, write_results
 
@@ -110,7 +118,7 @@ class WindowProgram(StageProgram):
             if (s, p) not in skip:
                 ws.records[(s, p)] = ws.records.get((s, p), 0) + n
         deltas = ws.add_cells(plan.algebra, cells)
-        self._pane_changes(deltas)
+        self._panechanges(deltas)
         if not ws.frontier and stats:  # the first windows: those of the earliest pane
             first = min(p for _, p in stats)
             ws.frontier = {i: spec.windows_of_pane(first).start
@@ -217,7 +225,7 @@ class WindowProgram(StageProgram):
             node = plan.group.node
             where, defs = row_exprs(node.child)
             d = frame
-            prefix = _scan_prefix(node.child)
+            prefix = scan_prefix(node.child)
             if prefix:
                 d = d.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
                                if c != "_mult"], "_mult", "_src", "_pane")
@@ -271,7 +279,7 @@ class WindowProgram(StageProgram):
             self._panes[p] = table
         return table
 
-    def _pane_changes(self, deltas: Mapping[int, PaneTable]) -> None:
+    def _panechanges(self, deltas: Mapping[int, PaneTable]) -> None:
         algebra = self.plan.algebra
         for p, delta in deltas.items():
             if p in self._panes:
@@ -311,7 +319,7 @@ class WindowProgram(StageProgram):
                     reasons[w] = reason
                 ws.frontier[i] += 1
         for w, e in sorted(ws.emitted.items()):
-            if w in windows or _included(self._board(ws, w)) == _included(e.board):
+            if w in windows or included(self._board(ws, w)) == included(e.board):
                 continue
             table: PaneTable = {}
             for p in window_panes(w):
@@ -372,26 +380,26 @@ class WindowProgram(StageProgram):
             start, end = self._time(w[0] * width), self._time((w[0] + w[1]) * width)
             old = ws.emitted.get(w)
             b = boards[w]
-            new_rows = [{"window_start": start, "window_end": end, **r, **_c2(b)}
+            new_rows = [{"window_start": start, "window_end": end, **r, **summary_columns(b)}
                         for r in rows[w]]
             old_rows = [] if old is None else [
-                {"window_start": start, "window_end": end, **r, **_c2(old.board)}
+                {"window_start": start, "window_end": end, **r, **summary_columns(old.board)}
                 for r in old.rows]
-            result += _changes(old_rows, new_rows)
+            result += changes(old_rows, new_rows)
             cells = [{"window_start": start, "window_end": end, **r,
                       "pane_start": self._time(r.pop("pane") * width)} for r in b.to_rows()]
             old_cells = [] if old is None else [
                 {"window_start": start, "window_end": end, **r,
                  "pane_start": self._time(r.pop("pane") * width)}
                 for r in old.board.to_rows()]
-            board += _changes(old_cells, cells)
+            board += changes(old_cells, cells)
         outputs = {}
-        for flow, columns, changes in ((self.result_flow, plan.result_columns(), result),
-                                       (self.board_flow, plan.scoreboard_columns(), board)):
+        for flow, columns, netted in ((self.result_flow, plan.result_columns(), result),
+                                      (self.board_flow, plan.scoreboard_columns(), board)):
             schema = parse_ddl(output_ddl(columns))
             path = fs.join(ctx.output_dir(flow), "part-00000.parquet")
-            size = write_table(path, pa.Table.from_pylist(changes, schema))
-            outputs[flow] = Increment((path,), len(changes), size)
+            size = write_table(path, pa.Table.from_pylist(netted, schema))
+            outputs[flow] = Increment((path,), len(netted), size)
         return outputs, len(result)
 
     def _time(self, units: int) -> Any:
@@ -466,49 +474,4 @@ class WindowProgram(StageProgram):
         for name in fs.list_dir(directory):
             if name not in live:
                 fs.delete_quietly(fs.join(directory, name))
-
-
-def results_flow(query: str) -> str:
-    """The flow of a window query's results."""
-    return f"{query}_windows"
-
-
-def scoreboard_flow(query: str) -> str:
-    """The flow of a window query's C2 scoreboards."""
-    return f"{query}_c2"
-
-
-def _scan_prefix(node: Any) -> str:
-    while node.children:
-        node = node.children[0]
-    return node.prefix
-
-
-def _included(board: Scoreboard) -> dict[CellKey, tuple[int, int]]:
-    return {k: (c.records, c.shed) for k, c in board.cells.items() if c.records or c.shed}
-
-
-def _c2(b: Scoreboard) -> dict[str, Any]:
-    return {"c2_fraction": b.fraction, "c2_spatial": b.spatial, "c2_temporal": b.temporal,
-            "c2_complete": b.complete, "c2_cells": b.total}
-
-
-def _changes(old: list[dict], new: list[dict]) -> list[dict]:
-    """``old`` retracted and ``new`` inserted, netted (rows in both are left out)."""
-    def key(r: dict) -> tuple:
-        return tuple(sorted((k, repr(v)) for k, v in r.items()))
-
-    before, after = Counter(map(key, old)), Counter(map(key, new))
-    out, seen = [], Counter()
-    for r in old:
-        k = key(r)
-        if seen[("-", k)] < before[k] - after[k]:
-            out.append({**r, "_mult": -1})
-            seen[("-", k)] += 1
-    for r in new:
-        k = key(r)
-        if seen[("+", k)] < after[k] - before[k]:
-            out.append({**r, "_mult": 1})
-            seen[("+", k)] += 1
-    return out
 

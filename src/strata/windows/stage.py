@@ -6,8 +6,9 @@ from strata.model.dataflow import Dataflow, Input, Stage
 from strata.model.errors import StrataError
 from strata.queries.program import output_ddl
 from strata.queries.stage import flow_columns
-from strata.windows.program import WindowProgram, results_flow, scoreboard_flow
+from strata.windows.program import WindowProgram
 from strata.windows.query import WindowPlan, WindowQuery
+from strata.windows.rows import results_flow, scoreboard_flow
 
 
 def add_window(df: Dataflow, query: WindowQuery) -> Stage:
