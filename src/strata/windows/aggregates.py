@@ -85,14 +85,17 @@ class PartsAlgebra:
     def identity(self) -> PaneTable:
         return {}
 
+    def merge(self, a: list, b: list) -> list:
+        """One group's parts ``a`` combined with ``b``."""
+        return [m(x, y) for (m, _), x, y in zip(self.merges, a, b, strict=True)]
+
     def combine(self, a: PaneTable, b: PaneTable) -> PaneTable:
         if not b:
             return a
         out = dict(a)
         for k, parts in b.items():
             old = out.get(k)
-            out[k] = list(parts) if old is None else [
-                m(x, y) for (m, _), x, y in zip(self.merges, old, parts, strict=True)]
+            out[k] = list(parts) if old is None else self.merge(old, parts)
         return out
 
     def uncombine(self, a: PaneTable, b: PaneTable) -> PaneTable:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 from strata.windows.panes import WindowId, window_panes
 
@@ -48,11 +49,11 @@ class Scoreboard:
     window: WindowId
     cells: Mapping[CellKey, Cell]
 
-    @property
+    @cached_property
     def sources(self) -> list[str]:
         return sorted({s for s, _ in self.cells})
 
-    @property
+    @cached_property
     def panes(self) -> list[int]:
         return sorted({p for _, p in self.cells})
 
@@ -60,11 +61,11 @@ class Scoreboard:
     def total(self) -> int:
         return len(self.cells)
 
-    @property
+    @cached_property
     def complete(self) -> int:
         return sum(c.status.complete for c in self.cells.values())
 
-    @property
+    @cached_property
     def records(self) -> int:
         return sum(c.records for c in self.cells.values())
 
@@ -72,19 +73,22 @@ class Scoreboard:
     def fraction(self) -> float:
         return self.complete / self.total if self.total else 1.0
 
-    @property
+    @cached_property
     def spatial(self) -> float:
         """The least fraction of sources complete in any one pane."""
-        return min((self._share(p, by_pane=True) for p in self.panes), default=1.0)
+        return self._least(by_pane=True)
 
-    @property
+    @cached_property
     def temporal(self) -> float:
         """The least fraction of panes complete from any one source."""
-        return min((self._share(s, by_pane=False) for s in self.sources), default=1.0)
+        return self._least(by_pane=False)
 
-    def _share(self, which: str | int, by_pane: bool) -> float:
-        cells = [c for (s, p), c in self.cells.items() if (p if by_pane else s) == which]
-        return sum(c.status.complete for c in cells) / len(cells)
+    def _least(self, by_pane: bool) -> float:
+        done: dict = {}
+        for (s, p), c in self.cells.items():
+            n, d = done.get(p if by_pane else s, (0, 0))
+            done[p if by_pane else s] = (n + 1, d + c.status.complete)
+        return min((d / n for n, d in done.values()), default=1.0)
 
     def count(self, status: Status) -> int:
         return sum(c.status is status for c in self.cells.values())

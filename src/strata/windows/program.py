@@ -380,11 +380,12 @@ class WindowProgram(StageProgram):
             start, end = self._time(w[0] * width), self._time((w[0] + w[1]) * width)
             old = ws.emitted.get(w)
             b = boards[w]
-            new_rows = [{"window_start": start, "window_end": end, **r, **summary_columns(b)}
+            summary = summary_columns(b)
+            new_rows = [{"window_start": start, "window_end": end, **r, **summary}
                         for r in rows[w]]
+            before = None if old is None else summary_columns(old.board)
             old_rows = [] if old is None else [
-                {"window_start": start, "window_end": end, **r, **summary_columns(old.board)}
-                for r in old.rows]
+                {"window_start": start, "window_end": end, **r, **before} for r in old.rows]
             result += changes(old_rows, new_rows)
             cells = [{"window_start": start, "window_end": end, **r,
                       "pane_start": self._time(r.pop("pane") * width)} for r in b.to_rows()]

@@ -72,12 +72,10 @@ class WindowState:
         """Merge new cells into the pane store; returns each touched pane's delta."""
         deltas: dict[int, PaneTable] = {}
         for source, pane, key, parts in cells:
-            table = self.cells.setdefault(pane, {}).setdefault(source, {})
-            table.update(algebra.combine(table, {key: parts}) if key in table
-                         else {key: list(parts)})
-            delta = deltas.setdefault(pane, {})
-            delta.update(algebra.combine(delta, {key: parts}) if key in delta
-                         else {key: list(parts)})
+            for table in (self.cells.setdefault(pane, {}).setdefault(source, {}),
+                          deltas.setdefault(pane, {})):
+                old = table.get(key)
+                table[key] = list(parts) if old is None else algebra.merge(old, parts)
         return deltas
 
     def to_json(self) -> dict[str, Any]:
