@@ -99,3 +99,21 @@ def test_shedding_fits_the_budget_keeps_c2_shape_and_is_deterministic():
     assert max(kept.values()) - min(kept.values()) <= 1  # every source keeps its share
     assert plan_shedding(rows, 0.01, 1.0, "random", 7) != plan_shedding(rows, 0.01, 1.0,
                                                                         "random", 8)
+
+
+def test_scoreboards_net_a_scoreboard_flow_into_each_windows_live_c2():
+    from strata.windows import scoreboards
+
+    def row(w, s, p, status, n, m):
+        return {"window_start": w, "window_end": w + 4, "source": s, "pane_start": p,
+                "status": status, "records": n, "shed": 0, "_mult": m}
+
+    rows = [row(0, "a", 0, "data", 3, 1), row(0, "b", 0, "pending", 0, 1),
+            row(2, "a", 2, "open", 1, 1),
+            # a refinement of window 0: b's cell arrived
+            row(0, "b", 0, "pending", 0, -1), row(0, "b", 0, "data", 2, 1)]
+    boards = scoreboards(rows)
+    assert list(boards) == [(0, 4), (2, 6)]
+    assert boards[(0, 4)].cells[("b", 0)].status is Status.DATA
+    assert boards[(0, 4)].records == 5 and boards[(0, 4)].fraction == 1.0
+    assert boards[(2, 6)].fraction == 0.0

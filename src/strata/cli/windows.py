@@ -180,51 +180,43 @@ def c2(
     """The C2 scoreboard of one window result: every source × pane cell, with its status
     (data, empty, open, pending, skipped, failed) and record counts."""
     from strata.controller.inspection import open_home, read_records_of
-    from strata.windows.c2 import Cell, Scoreboard, Status
-    from strata.windows.rows import scoreboard_flow
+    from strata.windows.rows import scoreboard_flow, scoreboards
 
     with output.reported():
         _, recs = read_records_of(open_home(_existing_home(home)), scoreboard_flow(name),
                                   None, True)
-        live: dict = {}
-        for r in recs:
-            key = (str(r["window_start"]), r["source"], str(r["pane_start"]))
-            live[key] = live.get(key, 0) + r["_mult"]
-            live.setdefault(("row",) + key, r)
-        cells = [live[("row",) + k] for k, m in live.items() if k[0] != "row" and m > 0]
-        if not cells:
+        boards = scoreboards(recs)
+        if not boards:
             raise StrataError(f"window query {name!r} has emitted no result yet")
-        starts = sorted({c["window_start"] for c in cells})
-        pick = starts[-1] if window is None else next(
-            (s for s in starts if str(s) == window), None)
+        pick = list(boards)[-1] if window is None else next(
+            (w for w in boards if str(w[0]) == window), None)
         if pick is None:
-            raise StrataError(f"no emitted window starts at {window!r}; windows: "
-                              f"{', '.join(map(str, starts[-5:]))} (newest)")
-        mine = [c for c in cells if c["window_start"] == pick]
-        panes = sorted({c["pane_start"] for c in mine})
-        board = Scoreboard((0, len(panes)), {(c["source"], panes.index(c["pane_start"])): Cell(
-            Status(c["status"]), c["records"], c["shed"]) for c in mine})
+            raise StrataError(f"no emitted window starts at {window!r}; the newest: "
+                              f"{', '.join(str(w[0]) for w in list(boards)[-5:])}")
+        board = boards[pick]
+        label = f"{pick[0]} – {pick[1]}"
         if png is not None:
-            draw(board, [str(p) for p in panes], str(png), f"{name}: window {pick}")
+            draw(board, str(png), f"{name}: window {label}")
+        cells = [{"source": s, "pane_start": p, "status": c.status.value,
+                  "records": c.records, "shed": c.shed}
+                 for (s, p), c in sorted(board.cells.items(), key=lambda kv: str(kv[0]))]
         if json_out:
-            typer.echo(output.dumps({"window_start": pick, "summary": board.summary(),
-                                     "fraction": board.fraction, "spatial": board.spatial,
-                                     "temporal": board.temporal, "cells": sorted(
-                                         mine, key=lambda c: (c["source"],
-                                                              str(c["pane_start"])))}))
+            typer.echo(output.dumps({"window_start": pick[0], "window_end": pick[1],
+                                     "summary": board.summary(), "fraction": board.fraction,
+                                     "spatial": board.spatial, "temporal": board.temporal,
+                                     "cells": cells}))
             return
-        t = Table(title=f"{name}, window {pick}: {board.summary()}", title_justify="left")
+        t = Table(title=f"{name}, window {label}: {board.summary()}", title_justify="left")
         t.add_column("source")
-        for p in panes:
+        for p in board.panes:
             t.add_column(str(p), overflow="fold")
-        by = {(c["source"], c["pane_start"]): c for c in mine}
         for s in board.sources:
-            t.add_row(s, *[f"{by[(s, p)]['status']} {by[(s, p)]['records']}"
-                           for p in panes])
+            t.add_row(s, *[f"{board.cells[(s, p)].status.value} {board.cells[(s, p)].records}"
+                           for p in board.panes])
         output.out().print(t)
 
 
-def draw(board, pane_labels: list[str], path: str, title: str) -> None:
+def draw(board, path: str, title: str) -> None:
     """The scoreboard as a sources × panes picture, one colour per cell status."""
     import matplotlib
 
@@ -234,10 +226,10 @@ def draw(board, pane_labels: list[str], path: str, title: str) -> None:
 
     from strata.windows.c2 import Status
 
-    order = list(Status)
+    order, panes = list(Status), board.panes
+    pane_labels = [str(p) for p in panes]
     colours = ["#2e7d32", "#9ccc65", "#e0e0e0", "#ffb74d", "#8e24aa", "#c62828"]
-    grid = [[order.index(board.cells[(s, p)].status) for p in range(len(pane_labels))]
-            for s in board.sources]
+    grid = [[order.index(board.cells[(s, p)].status) for p in panes] for s in board.sources]
     fig, ax = plt.subplots(figsize=(max(4, 0.5 * len(pane_labels) + 2),
                                     max(2, 0.4 * len(board.sources) + 1.5)))
     ax.imshow(grid, cmap=ListedColormap(colours), vmin=0, vmax=len(order) - 1,
@@ -245,8 +237,8 @@ def draw(board, pane_labels: list[str], path: str, title: str) -> None:
     ax.set_yticks(range(len(board.sources)), board.sources)
     ax.set_xticks(range(len(pane_labels)), pane_labels, rotation=60, ha="right", fontsize=7)
     for y, s in enumerate(board.sources):
-        for x in range(len(pane_labels)):
-            n = board.cells[(s, x)].records
+        for x, p in enumerate(panes):
+            n = board.cells[(s, p)].records
             if n:
                 ax.text(x, y, str(n), ha="center", va="center", fontsize=7)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours]

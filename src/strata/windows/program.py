@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -103,9 +104,8 @@ class WindowProgram(StageProgram):
         try:
             started = time.perf_counter()
             frame = self._frame(spark, files)
-            stats = self._cell_stats(ctx, frame)
-            skip = self._skipped(ws, stats, ctx.epoch)
-            cells, lift_schema = self._lift(ctx, frame, skip)
+            stats, cells, lift_schema, late, shed = self._aggregate(ctx, ws, frame)
+            skip = late | shed
             elapsed = time.perf_counter() - started
         finally:
             set_confs(spark, previous)
@@ -118,7 +118,7 @@ class WindowProgram(StageProgram):
             if (s, p) not in skip:
                 ws.records[(s, p)] = ws.records.get((s, p), 0) + n
         deltas = ws.add_cells(plan.algebra, cells)
-        self._panechanges(deltas)
+        self._apply_deltas(deltas)
         if not ws.frontier and stats:  # the first windows: those of the earliest pane
             first = min(p for _, p in stats)
             ws.frontier = {i: spec.windows_of_pane(first).start
@@ -144,7 +144,7 @@ class WindowProgram(StageProgram):
                    "windows_emitted": sorted(w for w in windows if reasons[w] != "refined"),
                    "windows_refined": sorted(w for w in windows if reasons[w] == "refined"),
                    "emit_reasons": dict(Counter(reasons.values())),
-                   "rows_shed": sum(stats[c][0] for c in skip if c in ws.shed),
+                   "rows_shed": sum(stats[c][0] for c in shed),
                    "late_dropped": ws.late_dropped, "changed_rows": changed,
                    "combines": ws.counters.get("combines", 0),
                    "uncombines": ws.counters.get("uncombines", 0),
@@ -173,19 +173,54 @@ class WindowProgram(StageProgram):
         return d.select("*", F.col(f"`{plan.query.source}`").cast("string").alias("_src"),
                         t.alias("_t"), F.floor(t / F.lit(plan.width)).alias("_pane"))
 
-    def _cell_stats(self, ctx: EpochContext, frame: DataFrame
-                    ) -> dict[CellKey, tuple[int, int, int]]:
-        """(source, pane) → (records, earliest, latest event time)."""
-        q = self.plan.query
+    def _aggregate(self, ctx: EpochContext, ws: WindowState, frame: DataFrame):
+        """Cell statistics — (source, pane) → (records, earliest, latest event time) —
+        and the cells (source, pane, key, parts) of the records not too late or shed;
+        one Spark action for both unless shedding must see the statistics first."""
+        plan, q = self.plan, self.plan.query
+        stats_frame = frame.groupBy("_src", "_pane").agg(
+            F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
         try:
-            got = frame.groupBy("_src", "_pane").agg(
-                F.count(F.lit(1)).alias("n"), F.min("_t").alias("lo"),
-                F.max("_t").alias("hi")).collect()
+            if q.shedding is None and plan.group is not None:
+                kept = frame if ws.floor is None else frame.where(F.col("_pane") >= ws.floor)
+                h = self._lift_frame(kept)
+                # the statistics' rows need a group key of nullable fields (Arrow refuses
+                # NULL structs of non-null fields)
+                g = h.schema["_g"].dataType
+                blank = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in g])
+                both = h.withColumn("_stats", F.lit(False)).unionByName(
+                    stats_frame.withColumns({"_stats": F.lit(True), "_g": blank}),
+                    allowMissingColumns=True)
+                table = both.toArrow()
+                is_stats = table.column("_stats")
+                stats = self._stats(ctx, frame, table.filter(is_stats).select(
+                    ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
+                late, shed = self._skipped(ws, stats, ctx.epoch)
+                return (stats, self._cells(table.filter(pc.invert(is_stats))), h.schema,
+                        late, shed)
+            stats = self._stats(ctx, frame, [r.asDict() for r in stats_frame.collect()])
+            late, shed = self._skipped(ws, stats, ctx.epoch)
+            skipped = late | shed
+            if skipped:
+                tags = [f"{s}\x1f{p}" for s, p in skipped]
+                frame = frame.where(~F.concat_ws("\x1f", "_src", F.col("_pane").cast(
+                    "string")).isin(tags))
+            if plan.group is None:
+                return stats, self._map_reduce(frame), None, late, shed
+            h = self._lift_frame(frame)
+            return stats, self._cells(h.toArrow()), h.schema, late, shed
+        except StrataError:
+            raise
         except Exception as e:
-            raise EpochError(f"window query {q.name!r} could not read its input",
-                             stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
+            raise EpochError(f"window query {q.name!r} could not aggregate its records into "
+                             "panes", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
                              cause=spark_failure(e)) from e
-        if any(r["_src"] is None or r["_pane"] is None for r in got):
+
+    def _stats(self, ctx: EpochContext, frame: DataFrame, rows: list[dict]
+               ) -> dict[CellKey, tuple[int, int, int]]:
+        """The cell statistics, refusing records without a time or a source."""
+        q = self.plan.query
+        if any(r["_src"] is None or r["_pane"] is None for r in rows):
             bad = frame.where(F.col("_src").isNull() | F.col("_t").isNull()).drop(
                 "_src", "_t", "_pane").limit(1).collect()
             record = bad[0].asDict() if bad else None
@@ -194,11 +229,11 @@ class WindowProgram(StageProgram):
                 f"source ({q.source!r}); every record needs both — fix or drop such records "
                 "and ingest again", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
                 record=record, has_record=record is not None)
-        return {(r["_src"], int(r["_pane"])): (r["n"], r["lo"], r["hi"]) for r in got}
+        return {(r["_src"], int(r["_pane"])): (r["_n"], r["_lo"], r["_hi"]) for r in rows}
 
     def _skipped(self, ws: WindowState, stats: Mapping[CellKey, tuple[int, int, int]],
-                 epoch: int) -> set[CellKey]:
-        """Cells not aggregated: too late (their windows are final) or shed."""
+                 epoch: int) -> tuple[set[CellKey], set[CellKey]]:
+        """Cells not aggregated: too late (their windows are final), and shed."""
         late = {c for c in stats if ws.floor is not None and c[1] < ws.floor}
         ws.late_dropped += sum(stats[c][0] for c in late)
         shedding = self.plan.query.shedding
@@ -209,47 +244,36 @@ class WindowProgram(StageProgram):
                                  shedding.kind, shedding.seed * 1_000_003 + epoch)
             for c in shed:
                 ws.shed[c] = ws.shed.get(c, 0) + stats[c][0]
-        return late | shed
+        return late, shed
 
-    def _lift(self, ctx: EpochContext, frame: DataFrame, skip: set[CellKey]
-              ) -> tuple[list[tuple[str, int, tuple, list]], Any]:
-        """The only pass over records: cells (source, pane, key, parts)."""
-        plan, q = self.plan, self.plan.query
-        if skip:
-            tags = [f"{s}\x1f{p}" for s, p in skip]
-            frame = frame.where(~F.concat_ws("\x1f", "_src", F.col("_pane").cast("string"))
-                                .isin(tags))
-        try:
-            if plan.group is None:
-                return self._map_reduce(frame), None
-            node = plan.group.node
-            where, defs = row_exprs(node.child)
-            d = frame
-            prefix = scan_prefix(node.child)
-            if prefix:
-                d = d.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
-                               if c != "_mult"], "_mult", "_src", "_pane")
-            if where:
-                d = d.where(F.expr(where))
-            d = d.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
+    def _lift_frame(self, frame: DataFrame) -> DataFrame:
+        """The only pass over records: ``h`` per (source, pane, group)."""
+        plan = self.plan
+        assert plan.group is not None
+        node = plan.group.node
+        where, defs = row_exprs(node.child)
+        prefix = scan_prefix(node.child)
+        if prefix:
+            frame = frame.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
+                                   if c != "_mult"], "_mult", "_src", "_pane")
+        if where:
+            frame = frame.where(F.expr(where))
+        d = frame.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
                          "_src", "_pane")
-            h = lift(plan.group, d, by=("_src", "_pane"))
-            table = h.toArrow()
-        except StrataError:
-            raise
-        except Exception as e:
-            raise EpochError(f"window query {q.name!r} could not aggregate its records into "
-                             "panes", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
-                             cause=spark_failure(e)) from e
-        parts = [p.name for p in plan.group.parts]
-        multiset = {i for i, p in enumerate(plan.group.parts) if p.kind == "multiset"}
+        return lift(plan.group, d, by=("_src", "_pane"))
+
+    def _cells(self, table: pa.Table) -> list[tuple[str, int, tuple, list]]:
+        """The lift's rows as cells (source, pane, key, parts)."""
+        assert self.plan.group is not None
+        parts = [p.name for p in self.plan.group.parts]
+        multiset = {i for i, p in enumerate(self.plan.group.parts) if p.kind == "multiset"}
         out = []
-        for r in table.to_pylist():
+        for r in table.select(["_src", "_pane", "_g", *parts]).to_pylist():
             values = [r[p] for p in parts]
             for i in multiset:
                 values[i] = dict(values[i] or ())
             out.append((r["_src"], r["_pane"], tuple(r["_g"].values()), values))
-        return out, h.schema
+        return out
 
     def _map_reduce(self, frame: DataFrame) -> list[tuple[str, int, tuple, list]]:
         mr = self.plan.query.mapreduce
@@ -279,7 +303,7 @@ class WindowProgram(StageProgram):
             self._panes[p] = table
         return table
 
-    def _panechanges(self, deltas: Mapping[int, PaneTable]) -> None:
+    def _apply_deltas(self, deltas: Mapping[int, PaneTable]) -> None:
         algebra = self.plan.algebra
         for p, delta in deltas.items():
             if p in self._panes:
@@ -349,22 +373,26 @@ class WindowProgram(StageProgram):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(lift_schema)
-        key_fields = [f.name for f in schema.field("_g").type]
         parts = [p.name for p in plan.group.parts]
         multiset = {p.name for p in plan.group.parts if p.kind == "multiset"}
-        rows = []
+        ws_, keys, values = [], [], []
         for w, table in windows.items():
             if not table and not plan.group.node.keys:  # a total answers over no rows
                 table = {(0,): [0] + [None] * (len(parts) - 1)}
-            for k, v in table.items():
-                row: dict[str, Any] = {"_w": ids[w],
-                                       "_g": dict(zip(key_fields, k, strict=True))}
-                row.update({p: (list(x.items()) if p in multiset and x is not None else x)
-                            for p, x in zip(parts, v, strict=True)})
-                rows.append(row)
-        fields = [pa.field("_w", pa.int64()), schema.field("_g"),
-                  *[schema.field(p) for p in parts]]
-        merged = spark.createDataFrame(pa.Table.from_pylist(rows, pa.schema(fields)))
+            ws_ += [ids[w]] * len(table)
+            keys += table.keys()
+            values += table.values()
+        g = schema.field("_g").type
+        columns = [pa.array(ws_, pa.int64()), pa.StructArray.from_arrays(
+            [pa.array([k[i] for k in keys], g.field(i).type) for i in range(g.num_fields)],
+            fields=list(g))]
+        for i, p in enumerate(parts):
+            col = [v[i] for v in values]
+            if p in multiset:
+                col = [None if x is None else list(x.items()) for x in col]
+            columns.append(pa.array(col, schema.field(p).type))
+        merged = spark.createDataFrame(pa.Table.from_arrays(
+            columns, names=["_w", "_g", *parts]))
         names, by_id = list(plan.outputs), list(windows)
         for r in answer(plan.group, merged, spark, carry=("_w",)).toArrow().to_pylist():
             out[by_id[r["_w"]]].append({n: r[n] for n in names})

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from strata.windows.c2 import CellKey, Scoreboard
+from strata.windows.c2 import Cell, CellKey, Scoreboard, Status
 
 
 def results_flow(query: str) -> str:
@@ -35,6 +36,9 @@ def summary_columns(b: Scoreboard) -> dict[str, Any]:
 
 def changes(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` retracted and ``new`` inserted, netted (rows in both are left out)."""
+    if not old or not new:  # a window's first result, or one with no rows left
+        return [{**r, "_mult": -1} for r in old] + [{**r, "_mult": 1} for r in new]
+
     def key(r: dict) -> tuple:
         return tuple(sorted((k, repr(v)) for k, v in r.items()))
 
@@ -52,3 +56,21 @@ def changes(old: list[dict], new: list[dict]) -> list[dict]:
             seen[("+", k)] += 1
     return out
 
+
+
+def scoreboards(records: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], Scoreboard]:
+    """The live C2 scoreboard of every window (start, end) from the changes of a window
+    query's scoreboard flow (``Controller.read_flow("q_c2").to_pylist()``); its cells are
+    keyed (source, pane start)."""
+    live: Counter = Counter()
+    for r in records:
+        live[tuple(sorted((k, v) for k, v in r.items() if k != "_mult"))] += r["_mult"]
+    out: dict[tuple[Any, Any], dict] = {}
+    for row, m in live.items():
+        if m <= 0:
+            continue
+        r = dict(row)
+        window = (r["window_start"], r["window_end"])
+        out.setdefault(window, {})[(r["source"], r["pane_start"])] = Cell(
+            Status(r["status"]), r["records"], r["shed"])
+    return {w: Scoreboard(w, cells) for w, cells in sorted(out.items())}
