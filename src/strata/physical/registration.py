@@ -11,14 +11,17 @@ current one is refused with a message saying to register the stage again.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from strata.model.dataflow import Dataflow, Input, Stage
 from strata.model.errors import StrataError
 from strata.model.schema import to_ddl
 from strata.physical.program import StageProgram, class_path, load_class
 from strata.storage.catalog import RegisteredStage
+
+P = TypeVar("P", bound=StageProgram)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,17 @@ def compiled(stage: Stage, description: str) -> RegisteredStage:
 def registered_program(reg: RegisteredStage) -> StageProgram:
     """The compiled program of the registered stage ``reg``."""
     return _load(reg).program
+
+
+def registered_of_kind(stages: Iterable[RegisteredStage], cls: type[P]) -> dict[str, P]:
+    """Stage name → the compiled program of each registered stage of ``cls``'s kind."""
+    out: dict[str, P] = {}
+    for reg in stages:
+        if reg.kind == cls.kind:
+            program = registered_program(reg)
+            assert isinstance(program, cls)
+            out[reg.name] = program
+    return out
 
 
 def attach(dataflow: Dataflow, reg: RegisteredStage) -> Stage:

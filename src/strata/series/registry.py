@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
-from strata.physical.registration import compiled, registered_program
+from strata.physical.registration import compiled, registered_of_kind
 from strata.series.program import Series, SeriesProgram
 from strata.series.stage import add_series, series_stage_name
 from strata.storage.catalog import Catalog
@@ -15,13 +15,8 @@ from strata.storage.catalog import Catalog
 
 def registered(catalog: Catalog) -> dict[str, SeriesProgram]:
     """Stream -> the program of its registered series stage."""
-    out = {}
-    for reg in catalog.registered_stages():
-        if reg.kind == SeriesProgram.kind:
-            program = registered_program(reg)
-            assert isinstance(program, SeriesProgram)
-            out[program.stream] = program
-    return out
+    return {p.stream: p for p in registered_of_kind(catalog.registered_stages(),
+                                                    SeriesProgram).values()}
 
 
 def find(catalog: Catalog, name: str) -> tuple[SeriesProgram, Series]:

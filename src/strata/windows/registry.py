@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
-from strata.physical.registration import compiled, registered_program
+from strata.physical.registration import compiled, registered_of_kind
 from strata.storage.catalog import Catalog
 from strata.windows.program import WindowProgram
 from strata.windows.query import WindowQuery
@@ -14,13 +14,7 @@ from strata.windows.stage import add_window
 
 def registered(catalog: Catalog) -> dict[str, WindowProgram]:
     """Query name → the program of its registered window stage."""
-    out = {}
-    for reg in catalog.registered_stages():
-        if reg.kind == WindowProgram.kind:
-            program = registered_program(reg)
-            assert isinstance(program, WindowProgram)
-            out[reg.name] = program
-    return out
+    return registered_of_kind(catalog.registered_stages(), WindowProgram)
 
 
 def find(catalog: Catalog, name: str) -> WindowProgram:
