@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from strata import Dataflow
 from strata.controller import Controller
 from strata.model.errors import EpochError
-from strata.windows import Eviction, Fidelity, MapReduce, WindowQuery, add_window, from_sql
+from strata.windows import (
+    Eviction,
+    Fidelity,
+    MapReduce,
+    Shedding,
+    WindowQuery,
+    add_window,
+    from_sql,
+)
 from strata.windows.query import WindowPlan
 from tests.windows.weblog import DDL, SQL, check_epoch, increments, net, write
 
@@ -202,3 +210,27 @@ def test_several_windows_share_one_pane_store(spark, tmp_path):
         firsts = [r for r in c.read_flow("w_windows").to_pylist()
                   if (r["window_start"], r["window_end"]) == (0, 6) and r["_mult"] == 1]
         assert len(firsts) == len({r["url"] for r in firsts})
+
+
+def test_load_shedding_skips_cells_records_them_in_c2_and_is_deterministic(spark,
+                                                                           tmp_path):
+    rng = random.Random(8)
+    raw = increments(rng, 4, epochs=4, span=6, silent=0.0, late=0.0, per_epoch=200)
+    sql = SQL.replace(" max(bytes) AS biggest,", "")
+    windowed = sql.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 3, host)")
+    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=6),
+                     shedding=Shedding(budget_seconds=1e-9, kind="spatial", seed=3))
+    shed_runs = []
+    for attempt in ("a", "b"):
+        with _run(spark, tmp_path / attempt, query, raw, sql=sql, shed=True) as (
+                c, checked, metrics):
+            assert checked
+            assert metrics[0]["rows_shed"] == 0  # no estimate before the first epoch
+            assert all(m["rows_shed"] > 0 for m in metrics[1:])
+            boards = [r for e, _ in c.stored_increments("w_c2")
+                      for r in c.read_flow("w_c2", e).to_pylist()]
+            skipped = {(r["source"], r["pane_start"]) for r in boards
+                       if r["status"] == "skipped" and r["_mult"] == 1}
+            assert skipped and all(r["shed"] > 0 for r in boards if r["status"] == "skipped")
+            shed_runs.append((skipped, [m["rows_shed"] for m in metrics]))
+    assert shed_runs[0] == shed_runs[1]  # the same seed sheds the same cells

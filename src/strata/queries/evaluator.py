@@ -10,7 +10,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
@@ -305,15 +305,17 @@ class Evaluator:
         return self.materialize(retract.unionByName(insert))
 
 
-def lift(plan: GroupPlan, d: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+def lift(plan: GroupPlan, d: DataFrame, by: Sequence[str] = (),
+         extra: Sequence[Column] = ()) -> DataFrame:
     """``h``: the rows ``d`` (with ``_mult``) per group — ``_g``, a struct of the group's
-    keys — as the group-by's monoid parts; per ``by`` columns of ``d`` too, if given."""
+    keys — as the group-by's monoid parts; per ``by`` columns of ``d`` too, and with the
+    ``extra`` aggregates, if given."""
     key_cols = [F.expr(to_sql(e)).alias(n) for n, e in plan.node.keys] or [
         F.lit(0).alias("_t")]
     keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
     group = [*by, "_g"]
     plain = [p for p in plan.parts if p.kind != "multiset"]
-    h = keyed.groupBy(*group).agg(*[F.expr(p.lift).alias(p.name) for p in plain])
+    h = keyed.groupBy(*group).agg(*[F.expr(p.lift).alias(p.name) for p in plain], *extra)
     for p in plan.parts:
         if p.kind != "multiset":
             continue

@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -178,26 +177,23 @@ class WindowProgram(StageProgram):
         and the cells (source, pane, key, parts) of the records not too late or shed;
         one Spark action for both unless shedding must see the statistics first."""
         plan, q = self.plan, self.plan.query
-        stats_frame = frame.groupBy("_src", "_pane").agg(
-            F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
         try:
             if q.shedding is None and plan.group is not None:
-                kept = frame if ws.floor is None else frame.where(F.col("_pane") >= ws.floor)
-                h = self._lift_frame(kept)
-                # the statistics' rows need a group key of nullable fields (Arrow refuses
-                # NULL structs of non-null fields)
-                g = h.schema["_g"].dataType
-                blank = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in g])
-                both = h.withColumn("_stats", F.lit(False)).unionByName(
-                    stats_frame.withColumns({"_stats": F.lit(True), "_g": blank}),
-                    allowMissingColumns=True)
-                table = both.toArrow()
-                is_stats = table.column("_stats")
-                stats = self._stats(ctx, frame, table.filter(is_stats).select(
+                # one aggregation: rows a filter (or lateness) excludes form groups of
+                # their own (_pass false), counted in the statistics only
+                floor = None if ws.floor is None else f"_pane >= {ws.floor}"
+                table = self._lift_frame(frame, floor, stats=True).toArrow()
+                by_cell = table.group_by(["_src", "_pane"]).aggregate(
+                    [("_n", "sum"), ("_lo", "min"), ("_hi", "max")])
+                stats = self._stats(ctx, frame, by_cell.select(
+                    ["_src", "_pane", "_n_sum", "_lo_min", "_hi_max"]).rename_columns(
                     ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
                 late, shed = self._skipped(ws, stats, ctx.epoch)
-                return (stats, self._cells(table.filter(pc.invert(is_stats))), h.schema,
-                        late, shed)
+                cells = self._cells(table.filter(table.column("_pass")))
+                return stats, cells, self._lift_frame(frame).schema, late, shed
+            stats_frame = frame.groupBy("_src", "_pane").agg(
+                F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"),
+                F.max("_t").alias("_hi"))
             stats = self._stats(ctx, frame, [r.asDict() for r in stats_frame.collect()])
             late, shed = self._skipped(ws, stats, ctx.epoch)
             skipped = late | shed
@@ -246,8 +242,12 @@ class WindowProgram(StageProgram):
                 ws.shed[c] = ws.shed.get(c, 0) + stats[c][0]
         return late, shed
 
-    def _lift_frame(self, frame: DataFrame) -> DataFrame:
-        """The only pass over records: ``h`` per (source, pane, group)."""
+    def _lift_frame(self, frame: DataFrame, keep: str | None = None, stats: bool = False
+                    ) -> DataFrame:
+        """The only pass over records: ``h`` per (source, pane, group) of the rows the
+        query's filter and ``keep`` pass. With ``stats``, all rows are aggregated, those
+        not passing in groups of their own (``_pass`` false), and each group also counts
+        its records (``_n``) and their earliest and latest event times."""
         plan = self.plan
         assert plan.group is not None
         node = plan.group.node
@@ -255,12 +255,19 @@ class WindowProgram(StageProgram):
         prefix = scan_prefix(node.child)
         if prefix:
             frame = frame.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
-                                   if c != "_mult"], "_mult", "_src", "_pane")
-        if where:
-            frame = frame.where(F.expr(where))
-        d = frame.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
+                                   if c != "_mult"], "_mult", "_src", "_pane", "_t")
+        cond = " AND ".join(f"({c})" for c in (where, keep) if c)
+        if not stats:
+            d = frame.where(F.expr(cond)) if cond else frame
+            d = d.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
                          "_src", "_pane")
-        return lift(plan.group, d, by=("_src", "_pane"))
+            return lift(plan.group, d, by=("_src", "_pane"))
+        passes = F.coalesce(F.expr(cond), F.lit(False)) if cond else F.lit(True)
+        d = frame.select(*[(F.when(passes, F.expr(sql)) if cond else F.expr(sql)).alias(n)
+                           for n, sql in defs.items()], "_mult", "_src", "_pane", "_t",
+                         passes.alias("_pass"))
+        return lift(plan.group, d, by=("_src", "_pane", "_pass"), extra=[
+            F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"), F.max("_t").alias("_hi")])
 
     def _cells(self, table: pa.Table) -> list[tuple[str, int, tuple, list]]:
         """The lift's rows as cells (source, pane, key, parts)."""
