@@ -109,8 +109,10 @@ class WindowProgram(StageProgram):
         finally:
             set_confs(spark, previous)
         processed = sum(n for c, (n, _, _) in stats.items() if c not in skip)
-        if processed:
-            ws.seconds_per_row = Ewma(ws.seconds_per_row).update(elapsed / processed)
+        arrived = sum(n for n, _, _ in stats.values())
+        if arrived:  # an epoch that shed everything still observes its cost per record
+            ws.seconds_per_row = Ewma(ws.seconds_per_row).update(
+                elapsed / (processed or arrived))
         for (s, p), (n, first, last) in stats.items():
             ws.progress[s] = max(ws.progress.get(s, last), last)
             ws.start = first if ws.start is None else min(ws.start, first)
@@ -138,7 +140,7 @@ class WindowProgram(StageProgram):
                                                   for w in windows})
         self._retire(ws)
         ws.attempt = ctx.token
-        metrics = {"input_rows": sum(n for n, _, _ in stats.values()),
+        metrics = {"input_rows": arrived,
                    "rows_aggregated": processed, "cells": len(cells),
                    "windows_emitted": sorted(w for w in windows if reasons[w] != "refined"),
                    "windows_refined": sorted(w for w in windows if reasons[w] == "refined"),
