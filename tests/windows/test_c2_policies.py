@@ -50,6 +50,12 @@ def test_cells_tell_data_empty_pending_skipped_and_failed_apart():
     assert b.records == 6 and b.included == {("a", 0), ("a", 1), ("b", 0)}
     assert b.spatial == 0.0  # pane 3 is complete from no source
     assert b.temporal == 0.25  # b: 1 of 4 panes
+    assert b.whole_sources == 0.0 and b.whole_panes == 0.25  # only pane 0 is whole
+    staggered = _board({("a", 0): 1, ("a", 1): 1, ("b", 2): 1, ("b", 3): 1},
+                       {"a": 20, "b": 40}, shed={("b", 0): 1})
+    # a: panes 0-1 complete; b: panes 2-3 (pane 0 shed, pane 1 empty counts complete)
+    assert staggered.spatial == 0.5 and staggered.temporal == 0.5
+    assert staggered.whole_sources == 0.0 and staggered.whole_panes == 0.25
     assert "C2 3/8" in b.summary() and "1 skipped" in b.summary()
 
 
@@ -66,6 +72,9 @@ def test_eviction_reasons():
     assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("fraction", 0.6))) is None
     gone = _board({}, {"a": 40, "b": 5}, failed=["b"])
     assert emit_reason(gone, 40, 40, Eviction(failure_timeout=10)) == "failure"
+    assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("whole_sources", 0.5))) == \
+        "fidelity"
+    assert emit_reason(half, 40, 40, Eviction(fidelity=Fidelity("whole_panes", 0.5))) is None
     with pytest.raises(StrataError):
         Fidelity("spatial", 1.5)
 

@@ -32,7 +32,7 @@ def _fidelity(spec: str | None):
         return Fidelity(kind.strip(), float(share))
     except ValueError:
         raise StrataError(f"--fidelity {spec!r}: write KIND=SHARE, e.g. spatial=0.75 (kinds: "
-                          "fraction, spatial, temporal)") from None
+                          "fraction, spatial, temporal, whole_sources, whole_panes)") from None
 
 
 @app.command()
@@ -50,7 +50,8 @@ def add(
              "'2 minutes') with the cells present.")] = None,
     fidelity: Annotated[str | None, typer.Option(
         metavar="KIND=SHARE", help="Fidelity eviction: emit when C2 meets it: fraction=0.9, "
-                                   "spatial=0.75 or temporal=0.5.")] = None,
+                                   "spatial=0.75, temporal=0.5, whole_sources=0.75 or "
+                                   "whole_panes=0.5 (docs/windows.md, C2).")] = None,
     failure_timeout: Annotated[str | None, typer.Option(
         help="Failure eviction: a source silent this long is failed and results go out "
              "without it.")] = None,

@@ -5,7 +5,10 @@ of the window, saying whether that cell's data is in the result (with its record
 known to be empty, shed, missing because its source failed, or not arrived yet. From it
 follow the fraction of the whole, *spatial* completeness (the least fraction of sources
 complete in any pane: "every pane from X% of sources") and *temporal* completeness (the
-least fraction of panes complete from any source: "X% of the panes from every source").
+least fraction of panes complete from any source: "X% of the panes from every source"),
+and the all-or-nothing forms the iMR dissertation names the other way round: the
+fraction of sources complete in every pane (``whole_sources``, its temporal
+completeness) and of panes complete from every source (``whole_panes``, its spatial).
 A source's progress (the latest event time it sent) is its boundary: a pane it has moved
 past without data is *empty*, not *pending* (``docs/windows.md``, "C2").
 """
@@ -82,6 +85,25 @@ class Scoreboard:
     def temporal(self) -> float:
         """The least fraction of panes complete from any one source."""
         return self._least(by_pane=False)
+
+    @cached_property
+    def whole_sources(self) -> float:
+        """The fraction of sources complete in every pane (the dissertation's *temporal
+        completeness*: X% of the sources process 100% of the panes)."""
+        return self._whole(by_pane=False)
+
+    @cached_property
+    def whole_panes(self) -> float:
+        """The fraction of panes complete from every source (the dissertation's *spatial
+        completeness*: X% of the panes hold data from 100% of the sources)."""
+        return self._whole(by_pane=True)
+
+    def _whole(self, by_pane: bool) -> float:
+        done: dict = {}
+        for (s, p), c in self.cells.items():
+            key = p if by_pane else s
+            done[key] = done.get(key, True) and c.status.complete
+        return sum(done.values()) / len(done) if done else 1.0
 
     def _least(self, by_pane: bool) -> float:
         done: dict = {}

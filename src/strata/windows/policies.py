@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from strata.model.errors import StrataError
 from strata.windows.c2 import CellKey, Scoreboard, Status
 
-FIDELITY_KINDS = ("fraction", "spatial", "temporal")
+FIDELITY_KINDS = ("fraction", "spatial", "temporal", "whole_sources", "whole_panes")
 SHED_KINDS = ("random", "spatial", "temporal")
 EWMA_ALPHA = 0.8  # the weight of the newest observation, as in the iMR dissertation
 
@@ -22,7 +22,10 @@ EWMA_ALPHA = 0.8  # the weight of the newest observation, as in the iMR disserta
 @dataclass(frozen=True)
 class Fidelity:
     """A C2 spec: ``fraction`` of all cells, ``spatial`` (every pane from this share of
-    the sources) or ``temporal`` (this share of the panes from every source)."""
+    the sources) or ``temporal`` (this share of the panes from every source), or the
+    dissertation's all-or-nothing forms: ``whole_sources`` (this share of the sources
+    complete in every pane) and ``whole_panes`` (this share of the panes complete from
+    every source)."""
 
     kind: str
     at_least: float
