@@ -176,3 +176,31 @@ def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path
        env=env)
     counts = {r["word"]: r["count"] for r in records(home, "count.state")}
     assert counts == Counter(w.strip().lower() for w in words)
+
+
+def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
+    """A window query (SQL with WINDOW) and its C2 flow: increments with late and
+    held-back records, run on the cluster and in local mode, epoch by epoch."""
+    import random
+
+    from tests.windows.weblog import DDL, SQL, increments, write
+
+    pipeline = tmp_path / "weblog.py"
+    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('weblog')\n"
+                        f"dataflow.source('log', {DDL!r})\n")
+    windowed = SQL.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host)")
+    raw = increments(random.Random(31), 3, epochs=3, span=6)
+    homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
+    for where, home in homes.items():
+        local("run", pipeline, "--home", home)
+        local("window", "add", "w", windowed, "--home", home, "--deadline", "0",
+              "--lateness", "6")
+        for batch in raw:
+            local("ingest", "log", write(tmp_path, batch), "--home", home)
+            if where == "local":
+                local("run", pipeline, "--home", home)
+            else:
+                sh("run", pipeline, "--home", home, "--master", cluster.master)
+    for flow in ("w_windows", "w_c2"):
+        got = records(homes["cluster"], flow)
+        assert got and got == records(homes["local"], flow), flow
