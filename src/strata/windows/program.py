@@ -2,19 +2,19 @@
 
 Each epoch (``docs/windows.md``):
 
-1. one Spark job counts the increment's records per (source, pane) and each source's
-   latest event time (its progress); records without a time or source are refused with
-   an :class:`EpochError` naming them;
-2. if the query sheds load and the EWMA estimate says the epoch would overrun its
-   budget, cells are chosen to shed (:func:`~strata.windows.policies.plan_shedding`);
-   cells of panes whose windows are final are too late and dropped;
-3. one Spark job aggregates the rest into cells (source, pane, group) with the
-   monoids' ``h`` (or the MapReduce's ``map`` and ``combine``): the only pass over
-   records;
-4. on the driver, the cells join the pane store, windows the eviction policy releases
+1. one Spark aggregation turns the increment's records into cells (source, pane, group)
+   with the monoids' ``h`` (or the MapReduce's ``map`` and ``combine``) — the only pass
+   over records — and counts each cell's records and their earliest and latest event
+   times (a source's latest is its progress); records the query's filter excludes, or
+   of panes whose windows are final (too late), are counted but not aggregated; records
+   without a time or source are refused with an :class:`EpochError` naming one;
+2. a query that sheds load counts the cells first, and when the EWMA estimate says the
+   epoch would overrun its budget, cells are shed
+   (:func:`~strata.windows.policies.plan_shedding`) before the aggregation;
+3. on the driver, the cells join the pane store, windows the eviction policy releases
    are slid to (combine the new pane, uncombine the old, or Two-Stacks), and emitted
    windows whose cells changed are refined;
-5. answers (``a``) are computed for those windows in one small job, and written with
+4. answers (``a``) are computed for those windows in one small job, and written with
    their C2 as changes (``_mult`` −1/+1) to the query's flow and its scoreboard flow.
 """
 
