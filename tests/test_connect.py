@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyspark
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.connect
 ROOT = Path(__file__).parents[1]
 PIPELINE = ROOT / "tests" / "pipelines" / "query_pipeline.py"  # queries only
 TRANSLATE_PIPELINE = ROOT / "tests" / "pipelines" / "urlcount_pipeline.py"
+VECTORIZED_PIPELINE = ROOT / "tests" / "pipelines" / "vectorized_pipeline.py"
 STRATA = str(Path(sys.executable).with_name("strata"))
 SBIN = Path(pyspark.__file__).parent / "sbin"
 START_TIMEOUT_S = 90.0
@@ -281,3 +283,29 @@ def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, t
     assert json.loads(done.stdout)["records"] == 3
     shown = strata_here("show", "R", "--home", home, "--format", "jsonl")
     assert _answer(shown, ["x", "y", "_mult"]) == [(0, 0, 1), (1, 10, 1), (2, 20, 1)]
+
+
+def test_a_vectorized_stage_runs_over_spark_connect_like_on_classic_spark(connect_url,
+                                                                           tmp_path):
+    """Vectorized stages take the DataFrame route (mapInArrow), so unlike per-group
+    translate stages they run over Connect; the function is shipped from the pipeline
+    file, and counts and state equal the classic run's and the words' own counts."""
+    remote, classic = tmp_path / "remote", tmp_path / "classic"
+    days = [[f"https://s{i % 3}.example.com/{i % 7}" for i in range(d, 40 + d)]
+            for d in range(2)]
+    for home in (remote, classic):
+        strata_here("run", VECTORIZED_PIPELINE, "--home", home)
+    for d, urls in enumerate(days):
+        path = tmp_path / f"day-{d}.jsonl"
+        path.write_text("".join(json.dumps({"url": u}) + "\n" for u in urls))
+        for home in (remote, classic):
+            strata_here("ingest", "urls", path, "--home", home)
+        strata("run", VECTORIZED_PIPELINE, "--home", remote, "--remote", connect_url)
+        strata_here("run", VECTORIZED_PIPELINE, "--home", classic)
+    states = [sorted(_answer(strata_here("show", "count.state", "--home", home, "--format",
+                                         "jsonl"), ["url", "count"]))
+              for home in (remote, classic)]
+    assert states[0] == states[1] == sorted(Counter(u for day in days for u in day).items())
+    counts = [strata_here("show", "counts", "--home", home, "--all", "--format", "jsonl")
+              for home in (remote, classic)]
+    assert sorted(counts[0].splitlines()) == sorted(counts[1].splitlines())

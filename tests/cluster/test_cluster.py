@@ -204,3 +204,25 @@ def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
     for flow in ("w_windows", "w_c2"):
         got = records(homes["cluster"], flow)
         assert got and got == records(homes["local"], flow), flow
+
+
+def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
+    """A vectorized stage (its function in the pipeline file, shipped by value; the epoch
+    a DataFrame job with mapInArrow) over the sample days, on the cluster and in local
+    mode: the same counts per epoch and the same columnar state."""
+    pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
+    homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
+    for where, home in homes.items():
+        local("run", pipeline, "--home", home)
+        for day in sorted(SAMPLE.glob("day-*.jsonl")):
+            local("ingest", "urls", day, "--home", home)
+            if where == "local":
+                local("run", pipeline, "--home", home)
+            else:
+                sh("run", pipeline, "--home", home, "--master", cluster.master)
+    for target in ("counts", "count.state"):
+        got = records(homes["cluster"], target)
+        assert got and got == records(homes["local"], target), target
+    expected = Counter(json.loads(line)["url"] for day in SAMPLE.glob("day-*.jsonl")
+                       for line in day.read_text().splitlines() if line.strip())
+    assert {r["url"]: r["count"] for r in records(homes["cluster"], "count.state")} == expected

@@ -1,15 +1,19 @@
 """URLCount (CBP paper, Figure 3): count how often each URL was seen, incrementally.
 
 One stateful stage. Its state holds ``{url, count}`` per URL; each epoch it adds the
-new sightings and writes the changed counts to the ``counts`` flow.
+new sightings and writes the changed counts to the ``counts`` flow. The same stage is
+written once per group (``count_urls``) and vectorized (``count_urls_vectorized``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
+import pandas as pd
+
 from strata.model import Dataflow, Emitter, Input, State
+from strata.model.vectorized import VectorResult
 
 URLS_SCHEMA = "url string"
 COUNTS_SCHEMA = "url string, count long"
@@ -39,4 +43,26 @@ def urlcount_dataflow(grouping: Literal["outer", "inner"] = "inner") -> Dataflow
         outputs={"counts": COUNTS_SCHEMA},
         state=State(COUNTS_SCHEMA, route_by="url", grouping=grouping),
     )
+    return df
+
+
+def count_urls_vectorized(state: pd.DataFrame | None, inputs: Mapping[str, pd.DataFrame]
+                          ) -> VectorResult:
+    """``count_urls`` over many URLs at once: one pandas group-by and merge per partition."""
+    assert state is not None  # the stage declares state
+    seen = inputs["urls"]["url"].value_counts().rename("seen").reset_index()
+    counts = seen.merge(state, on="url", how="left")
+    counts["count"] = counts["count"].fillna(0).astype("int64") + counts["seen"]
+    changed = counts[["url", "count"]]
+    return VectorResult({"counts": changed}, changed)
+
+
+def urlcount_vectorized_dataflow() -> Dataflow:
+    """The URL count as a vectorized stage (inner grouping): same flows, same answers."""
+    from strata.physical.vectorized import vectorized_stage
+
+    df = Dataflow("urlcount")
+    df.source("urls", URLS_SCHEMA)
+    vectorized_stage(df, "count", count_urls_vectorized, key="url", inputs=["urls"],
+                     outputs={"counts": COUNTS_SCHEMA}, state=COUNTS_SCHEMA)
     return df

@@ -205,12 +205,13 @@ class Dataflow:
     ) -> Stage:
         """Add a stage. ``outputs`` are declared flows, or a mapping name → schema.
 
-        ``program`` (instead of ``translate``) is a compiled program that runs the
-        stage's epochs itself, as :func:`strata.queries.add_query` makes; any
-        ``strata.physical.program.StageProgram`` plugs in the same way."""
+        ``program`` is a compiled program that runs the stage's epochs itself, as
+        :func:`strata.queries.add_query` makes; any ``strata.physical.program.StageProgram``
+        plugs in the same way. A stage given both (a vectorized stage) keeps ``translate``
+        as its per-group semantics, which the reference executor runs."""
         if name in self.stages:
             raise DataflowError(f"stage {name!r} is declared twice in dataflow {self.name!r}")
-        if program is not None:
+        if program is not None and translate is None:
             translate = _compiled(name, program.kind)
         if not callable(translate):
             raise DataflowError(f"stage {name!r}: translate must be a function")

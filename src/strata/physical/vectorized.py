@@ -1,0 +1,368 @@
+"""Vectorized translate stages: one pandas call per state partition, on Spark DataFrames.
+
+The epoch is one Spark job of DataFrame operations only (so it also runs over Spark
+Connect): each input increment is read by Spark, tagged with its flow, hash-partitioned
+on the key columns into the stage's fixed number of partitions (``repartition(n, keys)``,
+which adaptive execution does not coalesce), and ``mapInArrow`` hands partition ``p``'s
+rows to a task that reads partition ``p``'s columnar state runs from its own files, calls
+the user's function once on all its groups, and writes the outputs and a new state run.
+Only the increment crosses the shuffle; the state never does. Each task checks that every
+row it got hashes to its partition (Spark's ``pmod(hash(keys), n)``), so a partitioning
+Spark did not keep fails loudly instead of mixing states. ``docs/vectorized.md`` has the
+semantics, the layout and the measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from strata.model.dataflow import STATE, Dataflow, Flow, Input, Stage, State
+from strata.model.errors import (
+    DataflowError,
+    EpochError,
+    OutputError,
+    RouteError,
+    TranslateError,
+)
+from strata.model.schema import SchemaLike, parse_ddl, to_arrow_schema, to_ddl, type_ddl
+from strata.model.vectorized import VectorError, VectorShape, VectorTranslate, per_group
+from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
+from strata.storage import fs
+from strata.storage.columnar_runs import ColumnarRuns, member, runs_of, unique_keys
+from strata.storage.home import Home, StageLayout
+from strata.storage.increments import Increment, write_table
+from strata.storage.manifest import StateSnapshot
+from strata.storage.partition_store import RunInfo
+
+RESULT_SCHEMA = "partition int, info string"
+_RESULT = pa.schema([("partition", pa.int32()), ("info", pa.string())])
+_COLUMNS = "columns"  # the program's directory under the stage's state directory
+_BLAME_GROUPS = 1000  # groups retried one by one to name the key a failing call broke on
+
+
+def vectorized_stage(
+    dataflow: Dataflow,
+    name: str,
+    fn: VectorTranslate,
+    *,
+    key: str | Sequence[str],
+    inputs: Iterable[Flow | str],
+    outputs: Mapping[str, SchemaLike] | Iterable[Flow | str] = (),
+    state: SchemaLike | None = None,
+    grouping: Literal["outer", "inner"] = "inner",
+    runnable: Any = None,
+) -> Stage:
+    """Add a stage whose translate ``fn(state, inputs) -> VectorResult`` works on pandas
+    DataFrames of many groups at once (``strata.model.vectorized``). Every input flow and
+    the state are grouped by the same ``key`` column(s)."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys:
+        raise DataflowError(f"stage {name!r}: a vectorized stage needs key columns")
+    route = keys[0] if len(keys) == 1 else keys
+    in_names = [f if isinstance(f, str) else f.name for f in inputs]
+    for f in in_names:
+        if f not in dataflow.flows:
+            raise DataflowError(f"stage {name!r} reads unknown flow {f!r}")
+    if isinstance(outputs, Mapping):
+        out_schemas = {n: to_arrow_schema(s) for n, s in outputs.items()}
+    else:
+        names = [o if isinstance(o, str) else o.name for o in outputs]
+        out_schemas = {n: dataflow.flows[n].schema for n in names if n in dataflow.flows}
+    state_schema = to_arrow_schema(state) if state is not None else None
+    shape = VectorShape(keys, tuple((f, dataflow.flows[f].schema) for f in in_names),
+                        out_schemas, state_schema)
+    for what, schema in [*shape.inputs, *([(STATE, state_schema)] if state_schema else [])]:
+        absent = [k for k in keys if k not in schema.names]
+        if absent:
+            raise DataflowError(f"stage {name!r}: {what} has no key column {absent[0]!r}")
+        if state_schema is not None:
+            for k in keys:
+                if schema.field(k).type != state_schema.field(k).type:
+                    raise DataflowError(
+                        f"stage {name!r}: key column {k!r} is {schema.field(k).type} in "
+                        f"{what} but {state_schema.field(k).type} in the state; give them "
+                        "one type")
+    program = VectorizedProgram(fn, shape, grouping)
+    st = State(state_schema, route_by=route, grouping=grouping) if state_schema else None
+    return dataflow.stage(name, per_group(fn, shape),
+                          inputs=[Input(f, route_by=route) for f in in_names],
+                          outputs=outputs, state=st, runnable=runnable, program=program)
+
+
+@dataclass(frozen=True)
+class VectorState:
+    """A vectorized stage's state as its manifest describes it."""
+
+    keys: tuple[str, ...]
+    schema: str  # DDL of the state records
+    runs: dict[int, list[RunInfo]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "schema": self.schema,
+                "runs": {str(p): [r.to_json() for r in rs] for p, rs in self.runs.items()}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> VectorState:
+        return cls(tuple(d.get("keys", ())), str(d.get("schema", "")), runs_of(d))
+
+    def store(self, layout: StageLayout, p: int) -> ColumnarRuns:
+        return ColumnarRuns(layout.program_dir(_COLUMNS), p, self.runs.get(p, []),
+                            parse_ddl(self.schema), self.keys)
+
+
+class VectorizedProgram(StageProgram):
+    """Runs a vectorized stage: one call of the user's function per state partition."""
+
+    kind = "vectorized"
+
+    def __init__(self, fn: VectorTranslate, shape: VectorShape, grouping: str) -> None:
+        self.fn, self.shape, self.grouping = fn, shape, grouping
+
+    def describe(self) -> str:
+        return f"vectorized by {', '.join(self.shape.keys)}"
+
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        shape, n = self.shape, ctx.num_partitions
+        before = runs_of(ctx.committed.state)
+        modules = user_modules([self.fn])
+        pickle_by_value(modules)
+        ship_modules(ctx.spark, modules)
+        rows = self._input_rows(ctx)
+        if rows is None and (self.grouping == "inner" or shape.state is None):
+            results: list[dict] = []  # no group is called: nothing changes
+        else:
+            task = _VectorTask(
+                stage=ctx.stage.name, epoch=ctx.epoch, fn=self.fn, shape=shape,
+                grouping=self.grouping, state_root=ctx.layout.program_dir(_COLUMNS),
+                runs=before, outputs={f: ctx.output_dir(f) for f in shape.outputs},
+                token=ctx.token)
+            frame = rows if rows is not None else ctx.spark.range(0, n, 1, n)
+            collected = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+            results = [json.loads(r["info"]) for r in collected]
+        errors = [r["error"] for r in results if "error" in r]
+        if errors:
+            raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
+        return self._outcome(ctx, before, results)
+
+    def _input_rows(self, ctx: EpochContext) -> DataFrame | None:
+        """The epoch's input rows, one union of every flow: key columns ``__k<j>`` (cast to
+        the state's key types), ``__flow`` and the flow's record as struct ``__f<i>``,
+        hash-partitioned on the keys with the expected partition in ``__p``."""
+        shape, n = self.shape, ctx.num_partitions
+        key_types = dict.fromkeys(shape.keys, "")
+        for k in shape.keys:
+            schema = shape.state or shape.inputs[0][1]
+            key_types[k] = type_ddl(schema.field(k).type)
+        parts = []
+        for i, (flow, schema) in enumerate(shape.inputs):
+            files = [f for inc in ctx.inputs.get(flow, ()) for f in inc.files]
+            if not files:
+                continue
+            d = ctx.spark.read.schema(to_ddl(schema)).parquet(*files)
+            parts.append(d.select(
+                *[F.col(k).cast(key_types[k]).alias(f"__k{j}") for j, k in enumerate(shape.keys)],
+                F.lit(i).alias("__flow"), F.struct(*schema.names).alias(f"__f{i}")))
+        if not parts:
+            return None
+        rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        kcols = [f"__k{j}" for j in range(len(shape.keys))]
+        rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
+        return rows.repartition(n, *kcols)
+
+    def _outcome(self, ctx: EpochContext, before: dict[int, list[RunInfo]],
+                 results: list[dict]) -> EpochOutcome:
+        outputs = {f: Increment() for f in ctx.stage.output_names}
+        runs = dict(before)
+        for r in sorted(results, key=lambda r: r["partition"]):
+            for flow, (uri, count, size) in r["outputs"].items():
+                o = outputs[flow]
+                outputs[flow] = Increment(o.files + (uri,), o.records + count, o.bytes + size)
+            if "runs" in r:
+                runs[r["partition"]] = [RunInfo.from_json(x) for x in r["runs"]]
+        shape = self.shape
+        state = VectorState(shape.keys, to_ddl(shape.state), runs) if shape.state else None
+        metrics = {"keys_called": sum(r.get("keys_called", 0) for r in results),
+                   "state_bytes_read": sum(r.get("state_bytes_read", 0) for r in results)}
+        return EpochOutcome(outputs, state.to_json() if state else {},
+                            ctx.num_partitions if state else 0, metrics)
+
+    # -- the committed state, read from files -------------------------------------------
+    @classmethod
+    def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
+        st = VectorState.from_json(snap.state)
+        if not st.schema:
+            return []
+        return [r for p in sorted(st.runs) for r in st.store(layout, p).scan().to_pylist()]
+
+    @classmethod
+    def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
+        return sum(r.nbytes for rs in runs_of(state).values() for r in rs)
+
+    @classmethod
+    def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
+        st = VectorState.from_json(keep.state)
+        root = layout.program_dir(_COLUMNS)
+        for name in fs.list_dir(root):
+            if name.startswith("p") and name[1:].isdigit():
+                p = int(name[1:])
+                ColumnarRuns(root, p, [], pa.schema([]), ()).delete_unreferenced(
+                    st.runs.get(p, []))
+
+
+@dataclass
+class _VectorTask:
+    """The task of one partition: shipped to the executors by ``mapInArrow``."""
+
+    stage: str
+    epoch: int
+    fn: VectorTranslate
+    shape: VectorShape
+    grouping: str
+    state_root: str
+    runs: dict[int, list[RunInfo]]
+    outputs: dict[str, str]  # output flow -> this epoch's directory
+    token: str
+    max_runs: int = 8
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        p = ctx.partitionId() if ctx is not None else 0
+        try:
+            info = self._run(p, list(batches))
+        except EpochError as e:
+            info = {"partition": p, "error": e.to_dict()}
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": p, "info": json.dumps(info, default=str)}], schema=_RESULT)
+
+    def _err(self, cls: type[EpochError], detail: str, **kw: Any) -> EpochError:
+        return cls(detail, stage=self.stage, epoch=self.epoch, **kw)
+
+    def _inputs(self, p: int, batches: list[pa.RecordBatch]) -> dict[str, pa.Table]:
+        table = pa.Table.from_batches(batches) if batches else None
+        if (table is not None and "__p" in table.column_names and table.num_rows
+                and not pc.all(pc.equal(table["__p"], p)).as_py()):
+            raise self._err(EpochError, f"Spark gave task {p} rows of another partition; "
+                            "strata needs repartition(n, keys) kept as it is (is a plugin "
+                            "or a setting coalescing shuffle partitions?)")
+        inputs: dict[str, pa.Table] = {}
+        for i, (flow, schema) in enumerate(self.shape.inputs):
+            col = f"__f{i}"
+            if table is None or col not in table.column_names:
+                inputs[flow] = schema.empty_table()
+                continue
+            mine = table.filter(pc.equal(table["__flow"], i))[col].combine_chunks()
+            t = pa.Table.from_struct_array(mine).cast(schema) if len(mine) else \
+                schema.empty_table()
+            self._check_keys(t, flow)
+            inputs[flow] = t
+        return inputs
+
+    def _check_keys(self, table: pa.Table, flow: str) -> None:
+        for k in self.shape.keys:
+            if table[k].null_count:
+                i = pc.index(pc.is_null(table[k]), True).as_py()
+                raise self._err(RouteError, f"key column {k!r} is null; a vectorized stage "
+                                "groups by non-null keys", flow=flow,
+                                record=table.slice(i, 1).to_pylist()[0], has_record=True)
+
+    def _run(self, p: int, batches: list[pa.RecordBatch]) -> dict[str, Any]:
+        shape, keys = self.shape, list(self.shape.keys)
+        inputs = self._inputs(p, batches)
+        called = unique_keys(list(inputs.values()), keys) if inputs else None
+        store = None
+        state = None
+        if shape.state is not None:
+            store = ColumnarRuns(self.state_root, p, self.runs.get(p, []), shape.state, keys)
+            if self.grouping == "outer":
+                state = store.scan()
+                called = unique_keys([state, *inputs.values()], keys)
+            elif called is not None and called.num_rows:
+                state = store.lookup(called.cast(pa.schema([shape.state.field(k) for k in keys])))
+            else:
+                state = shape.state.empty_table()
+        n_called = called.num_rows if called is not None else 0
+        info: dict[str, Any] = {"partition": p, "outputs": {}, "keys_called": n_called}
+        if n_called == 0:
+            return info
+        assert called is not None
+        outputs, new_state = self._call(state, inputs, called)
+        for flow, table in outputs.items():
+            if table.num_rows:
+                uri = Home.output_file(self.outputs[flow], p)
+                info["outputs"][flow] = (uri, table.num_rows, write_table(uri, table))
+        if store is not None and state is not None and new_state is not None:
+            info["runs"] = [r.to_json() for r in self._write_state(store, state, new_state)]
+            info["state_bytes_read"] = store.bytes_read
+        return info
+
+    def _call(self, state: pa.Table | None, inputs: dict[str, pa.Table], called: pa.Table
+              ) -> tuple[dict[str, pa.Table], pa.Table | None]:
+        frames = {f: t.to_pandas() for f, t in inputs.items()}
+        try:
+            result = self.fn(state.to_pandas() if state is not None else None, frames)
+        except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
+            raise self._blame(state, inputs, called, e) from None
+        try:
+            outputs, new_state = self.shape.tables(result)
+        except VectorError as e:
+            raise self._err(OutputError, str(e), flow=e.flow) from None
+        if new_state is not None:
+            self._check_keys(new_state, STATE)
+            foreign = new_state.filter(pc.invert(member(new_state, list(self.shape.keys),
+                                                        called)))
+            if foreign.num_rows:
+                rec = foreign.slice(0, 1).to_pylist()[0]
+                raise self._err(OutputError, "it returned state for a key it was not given; "
+                                "a vectorized translate returns the new state of its own "
+                                "groups only", flow=STATE, key=self.shape.key_of(rec),
+                                has_key=True, record=rec, has_record=True)
+        return outputs, new_state
+
+    def _blame(self, state: pa.Table | None, inputs: dict[str, pa.Table], called: pa.Table,
+               error: Exception) -> EpochError:
+        """The error of a failed call, naming the first group that fails alone."""
+        keys = list(self.shape.keys)
+        for i in range(min(called.num_rows, _BLAME_GROUPS)):
+            one = called.slice(i, 1)
+            part = {f: t.filter(member(t, keys, one)) for f, t in inputs.items()}
+            mine = state.filter(member(state, keys, one)) if state is not None else None
+            try:
+                self.fn(mine.to_pandas() if mine is not None else None,
+                        {f: t.to_pandas() for f, t in part.items()})
+            except Exception as e:  # noqa: BLE001
+                rec = next((t.slice(0, 1).to_pylist()[0] for t in part.values()
+                            if t.num_rows), None)
+                key = self.shape.key_of(one.to_pylist()[0])
+                return self._err(TranslateError, f"{type(e).__name__}: {e}",
+                                 cause=traceback.format_exc(), key=key, has_key=True,
+                                 record=rec, has_record=rec is not None)
+        return self._err(TranslateError, f"{type(error).__name__}: {error} (on a batch of "
+                         f"{called.num_rows} groups; no single group fails alone: is the "
+                         "function groupwise?)", cause="".join(
+                             traceback.format_exception(error)))
+
+    def _write_state(self, store: ColumnarRuns, stored: pa.Table, new: pa.Table
+                     ) -> list[RunInfo]:
+        keys = list(self.shape.keys)
+        run_id = f"e{self.epoch:08d}-{self.token}"
+        if self.grouping == "outer":  # every key was called: the new state is all of it
+            return [store.write_run(run_id, new)] if new.num_rows else []
+        old = unique_keys([stored], keys)
+        dead = old.filter(pc.invert(member(old, keys, new))) if new.num_rows else old
+        runs = list(store.runs)
+        if new.num_rows or dead.num_rows:
+            runs.append(store.write_run(run_id, new, dead))
+        return store.maybe_compact(run_id + "-c", runs, max_runs=self.max_runs)

@@ -1,0 +1,188 @@
+"""Columnar state runs: one partition of a vectorized stage's state as Arrow IPC files.
+
+A partition's state is a list of immutable *runs*, oldest first, like the direct store of
+translate stages (``partition_store.py``), but each run is one Arrow IPC file holding
+state records as columns plus a boolean ``__dead`` column: a dead row is a *tombstone*
+carrying only the key columns, masking the key in older runs. A key's records are all in
+the newest run that has the key.
+
+Reads are whole-run and vectorized: a run is memory-mapped (local files) or read in one
+call, and lookups are ``is_in`` membership tests over the key column, so no Python runs
+per key. That makes a lookup's bytes grow with the partition's state rather than with the
+epoch's keys (the price of columns; ``docs/vectorized.md`` gives the measurements), while
+writes stay proportional to the keys the epoch touched.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from strata.storage.partition_store import RunInfo
+
+DEAD = "__dead"
+_COMPRESSION = "lz4"  # IPC body compression: about 2x smaller, decoded at GB/s
+
+
+def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:
+    """A boolean mask: does row ``i`` of ``table`` have a key (``keys`` columns) that is
+    in ``wanted``? Nulls are not keys: callers reject them before."""
+    if len(keys) == 1:
+        return pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks())
+    ids = pa.table({"__row": pa.array(range(table.num_rows), pa.int64()),
+                    **{k: table[k] for k in keys}})
+    hit = ids.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
+    mask = pc.is_in(ids["__row"], value_set=hit["__row"].combine_chunks())
+    return mask
+
+
+def unique_keys(tables: Sequence[pa.Table], keys: Sequence[str]) -> pa.Table:
+    """The distinct keys (``keys`` columns) of ``tables``."""
+    parts = [t.select(list(keys)) for t in tables if t.num_rows]
+    if not parts:
+        return tables[0].select(list(keys)).slice(0, 0)
+    both = pa.concat_tables(parts, promote_options="permissive")
+    return both.group_by(list(keys), use_threads=False).aggregate([])
+
+
+class ColumnarRuns:
+    """The runs of state partition ``partition`` under ``root`` (a path or a URI)."""
+
+    def __init__(self, root: str, partition: int, runs: Sequence[RunInfo],
+                 schema: pa.Schema, keys: Sequence[str]) -> None:
+        if "://" not in root:
+            root = os.path.abspath(root)
+        self.fs, base = pafs.FileSystem.from_uri(root)
+        self.dir = f"{base.rstrip('/')}/p{partition:05d}"
+        self.runs = list(runs)
+        self.schema, self.keys = schema, list(keys)
+        self.file_schema = pa.schema([f.with_nullable(True) for f in schema]
+                                     + [pa.field(DEAD, pa.bool_())])
+        self.bytes_read = 0
+
+    def _path(self, run_id: str) -> str:
+        return f"{self.dir}/{run_id}.arrow"
+
+    # ------------------------------------------------------------------ reading
+    def _read(self, run: RunInfo) -> pa.Table:
+        path = self._path(run.run_id)
+        self.bytes_read += run.data_bytes
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            with pa.memory_map(path) as source:
+                return pa.ipc.open_file(source).read_all()
+        with self.fs.open_input_file(path) as f:
+            return pa.ipc.open_file(f).read_all()
+
+    def _live(self, table: pa.Table) -> pa.Table:
+        rows = table.filter(pc.invert(table[DEAD])).drop_columns([DEAD])
+        return rows.cast(self.schema) if rows.num_rows else self.empty()
+
+    def empty(self) -> pa.Table:
+        return self.schema.empty_table()
+
+    def lookup(self, wanted: pa.Table) -> pa.Table:
+        """The state records of the keys in ``wanted`` (distinct key rows), newest run
+        first; keys without state have no rows."""
+        found: list[pa.Table] = []
+        for run in reversed(self.runs):
+            if wanted.num_rows == 0:
+                break
+            if run.entries == 0:
+                continue
+            table = self._read(run)
+            hit = table.filter(member(table, self.keys, wanted))
+            if hit.num_rows:
+                found.append(self._live(hit))
+                wanted = wanted.filter(pc.invert(member(wanted, self.keys, hit)))
+        return pa.concat_tables(found) if found else self.empty()
+
+    def scan(self) -> pa.Table:
+        """Every live state record of the partition (each key from its newest run)."""
+        if not self.runs:
+            return self.empty()
+        if len(self.runs) == 1:
+            return self._live(self._read(self.runs[0]))
+        found: list[pa.Table] = []
+        seen: pa.Table | None = None
+        for run in reversed(self.runs):
+            table = self._read(run)
+            if seen is not None and seen.num_rows:
+                table = table.filter(pc.invert(member(table, self.keys, seen)))
+            found.append(self._live(table))
+            keys = unique_keys([table], self.keys)
+            seen = keys if seen is None else pa.concat_tables([seen, keys])
+        return pa.concat_tables(found)
+
+    # ------------------------------------------------------------------ writing
+    def write_run(self, run_id: str, live: pa.Table, dead: pa.Table | None = None) -> RunInfo:
+        """Write a run of ``live`` state records (the state schema) and tombstones for the
+        keys in ``dead``; not added to :attr:`runs` (commit it through the manifest)."""
+        parts = [live.cast(self.schema).append_column(
+            DEAD, pa.array([False] * live.num_rows, pa.bool_()))]
+        if dead is not None and dead.num_rows:
+            cols = {f.name: (dead[f.name] if f.name in self.keys
+                             else pa.nulls(dead.num_rows, f.type))
+                    for f in self.schema}
+            cols[DEAD] = pa.array([True] * dead.num_rows, pa.bool_())
+            parts.append(pa.table(cols))
+        table = pa.concat_tables([p.cast(self.file_schema) for p in parts])
+        self.fs.create_dir(self.dir, recursive=True)
+        path = self._path(run_id)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        options = pa.ipc.IpcWriteOptions(compression=_COMPRESSION)
+        try:
+            with self.fs.open_output_stream(tmp) as out, \
+                    pa.ipc.new_file(out, self.file_schema, options=options) as writer:
+                writer.write_table(table, max_chunksize=1 << 16)
+            self.fs.move(tmp, path)
+        except BaseException:
+            with suppress(Exception):
+                self.fs.delete_file(tmp)
+            raise
+        size = self.fs.get_file_info(path).size
+        tombstones = table.num_rows - live.num_rows
+        return RunInfo(run_id, table.num_rows, size, 0, tombstones)
+
+    def maybe_compact(self, run_id: str, runs: Sequence[RunInfo], *, max_runs: int = 8,
+                      base_fraction: float = 0.25) -> list[RunInfo]:
+        """The run list to commit in place of ``runs``: all merged into one run (dead keys
+        dropped) when the newer runs outweigh ``base_fraction`` of the oldest or there are
+        more than ``max_runs``; else ``runs`` unchanged."""
+        runs = list(runs)
+        if len(runs) < 2:
+            return runs
+        newer = sum(r.nbytes for r in runs[1:])
+        if newer <= base_fraction * runs[0].nbytes and len(runs) <= max_runs:
+            return runs
+        current, self.runs = self.runs, runs
+        try:
+            live = self.scan()
+        finally:
+            self.runs = current
+        if live.num_rows == 0:
+            return []
+        return [self.write_run(run_id, live)]
+
+    def delete_unreferenced(self, keep: Sequence[RunInfo]) -> int:
+        """Delete this partition's files not belonging to ``keep`` (no writer running)."""
+        names = {f"{r.run_id}.arrow" for r in keep}
+        infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        removed = 0
+        for info in infos:
+            if info.type == pafs.FileType.File and info.base_name not in names:
+                self.fs.delete_file(info.path)
+                removed += 1
+        return removed
+
+
+def runs_of(state: Mapping[str, Any]) -> dict[int, list[RunInfo]]:
+    """Partition → runs, from a manifest's JSON (``{"runs": {"0": [...]}}``)."""
+    return {int(p): [RunInfo.from_json(r) for r in rs]
+            for p, rs in (state or {}).get("runs", {}).items()}

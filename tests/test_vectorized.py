@@ -1,0 +1,228 @@
+"""Vectorized translate stages: the one-call-per-partition route on Spark against the
+reference executor, which runs the same function once per group (its semantics).
+
+Random data through three functions — two input flows with groups dropped from state
+(tombstones), several state rows per key, and outer grouping — must give the same output
+increments epoch by epoch and the same final state. Bad functions and bad input stop the
+epoch with an error naming the stage, epoch, flow and key, and commit nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strata.model.dataflow import Dataflow
+from strata.model.errors import OutputError, RouteError, TranslateError
+from strata.model.vectorized import VectorResult
+from strata.physical.vectorized import vectorized_stage
+from tests.dataflow_driver import (
+    ReferenceRunner,
+    SparkRunner,
+    multiset,
+    register_by_value,
+    run_dataflow,
+)
+
+register_by_value(__name__)
+
+REC = "k long, s string, v long"
+
+
+def add_up(state, inputs):
+    """Per key: total += sum(a.v) - sum(b.v); a group whose total reaches 0 is dropped."""
+    delta = pd.concat([inputs["a"][["k", "v"]],
+                       inputs["b"][["k", "v"]].assign(v=lambda d: -d["v"])])
+    sums = delta.groupby("k", as_index=False)["v"].sum()
+    merged = sums.merge(state, on="k", how="outer")
+    merged["total"] = merged["total"].fillna(0).astype("int64") + merged["v"].fillna(0)
+    merged["total"] = merged["total"].astype("int64")
+    new = merged.loc[merged["total"] != 0, ["k", "total"]]
+    return VectorResult({"totals": merged[["k", "total"]]}, new)
+
+
+def top_two(state, inputs):
+    """Several state rows per key: the two largest distinct values seen (by string key);
+    outputs the values that entered."""
+    seen = pd.concat([state[["s", "v"]], inputs["a"][["s", "v"]]]).drop_duplicates()
+    top = seen.sort_values(["s", "v"], ascending=[True, False]).groupby("s").head(2)
+    entered = top.merge(state[["s", "v"]], how="left", indicator=True)
+    entered = entered.loc[entered["_merge"] == "left_only", ["s", "v"]]
+    return VectorResult({"entered": entered}, top)
+
+
+def halve(state, inputs):
+    """Outer grouping: every stored value halves each epoch, inputs add; 0 is dropped."""
+    got = inputs["a"].groupby("k", as_index=False)["v"].sum()
+    merged = state.merge(got, on="k", how="outer")
+    merged["total"] = (merged["total"].fillna(0).astype("int64") // 2
+                       + merged["v"].fillna(0).astype("int64"))
+    new = merged.loc[merged["total"] != 0, ["k", "total"]]
+    return VectorResult({"totals": new}, new)
+
+
+def build(kind: str, grouping: str = "inner") -> Dataflow:
+    df = Dataflow(f"vec-{kind}")
+    df.source("a", REC)
+    if kind == "add_up":
+        df.source("b", REC)
+        vectorized_stage(df, "add", add_up, key="k", inputs=["a", "b"],
+                         outputs={"totals": "k long, total long"},
+                         state="k long, total long", grouping=grouping)
+    elif kind == "top_two":
+        vectorized_stage(df, "top", top_two, key="s", inputs=["a"],
+                         outputs={"entered": "s string, v long"}, state="s string, v long")
+    else:
+        vectorized_stage(df, "halve", halve, key="k", inputs=["a"],
+                         outputs={"totals": "k long, total long"},
+                         state="k long, total long", grouping="outer")
+    return df
+
+
+records = st.lists(st.fixed_dictionaries({
+    "k": st.integers(0, 6), "s": st.sampled_from(["a", "b", "ß", "", "ab"]),
+    "v": st.integers(-3, 9)}), max_size=12)
+
+
+def compare(spark, df: Dataflow, batches: list[dict], partitions: int = 3) -> None:
+    home = tempfile.mkdtemp(prefix="strata-vec-")
+    try:
+        ref, spk = ReferenceRunner(), SparkRunner(spark, home, "direct", partitions)
+        expected = run_dataflow(df, batches, ref)
+        got = run_dataflow(df, batches, spk)
+        assert {f: [multiset(i) for i in incs] for f, incs in got.items()} == \
+            {f: [multiset(i) for i in incs] for f, incs in expected.items()}
+        for stage in df.stages.values():
+            assert multiset(spk.runner.state_records(stage)) == \
+                multiset(ref.state_records(stage))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+SETTINGS = settings(max_examples=10, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(st.lists(st.fixed_dictionaries({"a": records, "b": records}), min_size=1, max_size=4),
+       st.sampled_from(["inner", "outer"]))
+def test_two_flows_and_dropped_groups_equal_the_reference(spark, batches, grouping):
+    compare(spark, build("add_up", grouping), batches)
+
+
+@SETTINGS
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
+def test_several_state_rows_per_key_equal_the_reference(spark, batches):
+    compare(spark, build("top_two"), batches, partitions=2)
+
+
+@SETTINGS
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
+def test_outer_grouping_calls_every_stored_key(spark, batches):
+    compare(spark, build("halve"), batches)
+
+
+def test_state_outlives_the_runner_and_compacts(spark, tmp_path):
+    """A new runner on the same home continues from the committed columnar runs, through
+    enough epochs to compact them, and equals the reference throughout."""
+    df = build("add_up")
+    stage = df.stages["add"]
+    ref = ReferenceRunner()
+    batches = [{"a": [{"k": i % 5 + e, "s": "", "v": e + 1} for i in range(8)],
+                "b": [{"k": e, "s": "", "v": 1}]} for e in range(12)]
+    for e, batch in enumerate(batches):
+        spk = SparkRunner(spark, str(tmp_path), "direct", 2)  # a fresh runner each epoch
+        spk._seq = 100 * e
+        got = spk.run(stage, batch)
+        want = ref.run(stage, batch)
+        assert multiset(got["totals"]) == multiset(want["totals"])
+    assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
+    runs = spk.runner.committed(stage).state["runs"]
+    assert all(len(rs) <= 8 for rs in runs.values())
+
+
+def test_a_dropped_group_stays_dropped_and_starts_again_from_nothing(spark, tmp_path):
+    df = build("add_up")
+    stage = df.stages["add"]
+    spk = SparkRunner(spark, str(tmp_path), "direct", 2)
+    keys = range(40)  # enough keys for every partition
+    spk.run(stage, {"a": [{"k": k, "s": "", "v": 5} for k in keys]})
+    spk.run(stage, {"b": [{"k": k, "s": "", "v": 5} for k in keys if k % 2]})
+    assert sorted(r["k"] for r in spk.runner.state_records(stage)) == list(range(0, 40, 2))
+    got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 2} for k in keys]})
+    assert {r["k"]: r["total"] for r in got["totals"]} == {k: 2 if k % 2 else 7 for k in keys}
+
+
+def raises_on_13(state, inputs):
+    if (inputs["a"]["v"] == 13).any():
+        raise ValueError("unlucky")
+    return add_up(state, inputs)
+
+
+def wrong_columns(state, inputs):
+    return VectorResult({"totals": pd.DataFrame({"k": [1]})}, state)
+
+
+def foreign_state(state, inputs):
+    return VectorResult({}, pd.DataFrame({"k": [999], "total": [1]}))
+
+
+@pytest.mark.parametrize("fn, error, where", [
+    (raises_on_13, TranslateError, "key 4"),
+    (wrong_columns, OutputError, "flow 'totals'"),
+    (foreign_state, OutputError, "key 999"),
+])
+def test_bad_functions_stop_the_epoch_and_name_it(spark, tmp_path, fn, error, where):
+    df = Dataflow("bad")
+    df.source("a", REC)
+    df.source("b", REC)
+    stage = vectorized_stage(df, "add", fn, key="k", inputs=["a", "b"],
+                             outputs={"totals": "k long, total long"},
+                             state="k long, total long")
+    spk = SparkRunner(spark, str(tmp_path), "direct", 2)
+    spk.run(stage, {"a": [{"k": 1, "s": "", "v": 1}]}) if fn is raises_on_13 else None
+    before = spk.runner.committed(stage).epoch
+    with pytest.raises(error) as info:
+        spk.run(stage, {"a": [{"k": 4, "s": "", "v": 13}, {"k": 5, "s": "", "v": 1}]})
+    text = str(info.value)
+    assert "stage 'add'" in text and f"epoch {before + 1}" in text and where in text
+    assert spk.runner.committed(stage).epoch == before
+
+
+def test_a_null_key_is_a_routing_error_naming_the_record(spark, tmp_path):
+    df = build("add_up")
+    spk = SparkRunner(spark, str(tmp_path), "direct", 2)
+    with pytest.raises(RouteError, match=r"flow 'b'.*null") as info:
+        spk.run(df.stages["add"], {"b": [{"k": None, "s": "x", "v": 2}]})
+    assert "'s': 'x'" in str(info.value)
+    assert spk.runner.committed(df.stages["add"]).epoch == 0
+
+
+def test_the_reference_runs_the_function_once_per_group():
+    calls = []
+
+    def spy(state, inputs):
+        calls.append(sorted(set(inputs["a"]["k"])))
+        return add_up(state, {"a": inputs["a"], "b": inputs["a"].iloc[0:0]})
+
+    df = Dataflow("spy")
+    df.source("a", REC)
+    stage = vectorized_stage(df, "add", spy, key="k", inputs=["a"],
+                             outputs={"totals": "k long, total long"},
+                             state="k long, total long")
+    ReferenceRunner().run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in (3, 1, 3)]})
+    assert sorted(calls) == [[1], [3]]
+
+
+def test_a_key_column_missing_from_an_input_is_refused_up_front():
+    df = Dataflow("nokey")
+    df.source("a", "s string")
+    with pytest.raises(Exception, match="no key column 'k'"):
+        vectorized_stage(df, "x", add_up, key="k", inputs=["a"], outputs={},
+                         state="k long, total long")
