@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from strata.storage.home import StageLayout
 from strata.storage.partition_store import RunInfo
 
 DEAD = "__dead"
@@ -60,7 +61,7 @@ class ColumnarRuns:
         if "://" not in root:
             root = os.path.abspath(root)
         self.fs, base = pafs.FileSystem.from_uri(root)
-        self.dir = f"{base.rstrip('/')}/p{partition:05d}"
+        self.dir = StageLayout(base.rstrip("/"), "").partition_dir(partition)
         self.runs = list(runs)
         self.schema, self.keys = schema, list(keys)
         self.file_schema = pa.schema([f.with_nullable(True) for f in schema]
