@@ -2,9 +2,10 @@
 "State is never re-shuffled")?
 
 Runs the URL-count stage (``strata.apps.urlcount``) with its state pre-loaded to S records,
-then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``) and
-both state groupings (``outer``, ``inner``), for several values of S. Per epoch it records
-the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
+then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``),
+and as the vectorized stage (``vectorized``: ``count_urls_vectorized`` over columnar state
+runs), with both state groupings (``outer``, ``inner``), for several values of S. Per epoch
+it records the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
 the driver's REST API through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
 bytes read / on disk reported by the runner, and the exact number of state records.
 
@@ -19,6 +20,10 @@ S (the largest must be at least 4x the smallest):
 * black-box shuffle bytes at 4xS / at S         grows (the whole state is shuffled)
 * inner direct state_bytes_read / state_bytes_total, run with I <= 1% of S  <= 5%
 * direct per-epoch seconds at 4xS / at S        <= 1.25 (mean of epochs 2..E)
+* vectorized shuffle bytes at 4xS / at S        <= 1.1
+* state bytes on disk / the same state as one Parquet file (snappy), inner at the
+  largest S, direct and vectorized             <= 1.5
+* outer epoch seconds at the largest S, direct (and vectorized) / black-box  <= 0.5
 
 Outer grouping calls ``translate`` for every stored key each epoch, so its per-epoch time
 and state bytes read necessarily grow with S; the time target is met (or not) by the inner
@@ -44,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 from common import emit, save  # benchmarks/common.py (this script's folder)
 
-MODES = ("direct", "blackbox")
+MODES = ("direct", "blackbox", "vectorized")
 GROUPINGS = ("outer", "inner")
 URL_SCHEMA = pa.schema([("url", pa.string())])
 
@@ -56,6 +61,8 @@ QUICK = {"states": (10_000, 40_000), "increment": 400, "epochs": 3}
 TARGET_DIRECT_SHUFFLE = 1.1
 TARGET_STATE_READ = 0.05
 TARGET_DIRECT_TIME = 1.25
+TARGET_STATE_OVER_PARQUET = 1.5  # state bytes on disk / the same records in Parquet
+TARGET_OUTER_VS_BLACKBOX = 0.5  # outer epoch seconds / black-box outer epoch seconds
 
 
 def url(n: int) -> str:
@@ -130,11 +137,13 @@ def run_one(
     spark, metrics, home: Path, mode: str, grouping: str, s: int, work: Workload,
     partitions: int, verify: bool, quiet: bool = False,
 ) -> dict:
-    from strata.apps.urlcount import urlcount_dataflow
+    from strata.apps.urlcount import urlcount_dataflow, urlcount_vectorized_dataflow
     from strata.physical.runner import SparkStageRunner
 
-    stage = urlcount_dataflow(grouping).stages["count"]
-    runner = SparkStageRunner(str(home), spark, mode=mode, num_partitions=partitions)
+    build = urlcount_vectorized_dataflow if mode == "vectorized" else urlcount_dataflow
+    stage = build(grouping).stages["count"]
+    runner = SparkStageRunner(str(home), spark, num_partitions=partitions,
+                              mode="blackbox" if mode == "blackbox" else "direct")
     tag = f"{mode}/{grouping} S={s:,}"
     t0 = time.perf_counter()
     runner.run_epoch(stage, {"urls": work.initial})  # pre-load: not timed, not reported
@@ -186,7 +195,18 @@ def run_one(
         if (n, total) != want:
             raise RuntimeError(f"[{tag}] state has {n} records / {total} sightings; want {want}")
         run["state_verified"] = True
+        run["state_bytes_parquet"] = parquet_bytes(runner.state_table(stage), home)
+        run["state_bytes_total"] = epochs[-1]["state_bytes_total"]
     return run
+
+
+def parquet_bytes(table: pa.Table, home: Path) -> int:
+    """The size of ``table`` as one Parquet file with Spark's default codec (snappy)."""
+    import pyarrow.parquet as pq
+
+    path = home / "state-as-parquet.parquet"
+    pq.write_table(table, path, compression="snappy")
+    return path.stat().st_size
 
 
 # -- summary ---------------------------------------------------------------------------------
@@ -248,6 +268,30 @@ def summarize(runs: list[dict]) -> dict:
                     "the run with I <= 1% of S",
         }
     for g in GROUPINGS:
+        v = ratio("vectorized", g, shuffle)
+        ratios[f"vectorized_shuffle_bytes_{g}"] = {
+            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
+            "met": v <= TARGET_DIRECT_SHUFFLE,
+            "what": "mean shuffle bytes per epoch, vectorized stage, S_large / S_small",
+        }
+    for mode in ("direct", "vectorized"):
+        r = by[(mode, "inner", hi)]
+        if "state_bytes_parquet" in r:
+            v = r["state_bytes_total"] / r["state_bytes_parquet"]
+            ratios[f"{mode}_state_bytes_over_parquet"] = {
+                "value": round(v, 3), "target": f"<= {TARGET_STATE_OVER_PARQUET}",
+                "met": v <= TARGET_STATE_OVER_PARQUET,
+                "what": f"{mode} inner at S_large: state bytes on disk / the same records as "
+                        "one Parquet file (snappy)",
+            }
+        v = seconds(by[(mode, "outer", hi)]) / seconds(by[("blackbox", "outer", hi)])
+        ratios[f"{mode}_outer_epoch_over_blackbox"] = {
+            "value": round(v, 3), "target": f"<= {TARGET_OUTER_VS_BLACKBOX}",
+            "met": v <= TARGET_OUTER_VS_BLACKBOX,
+            "what": f"mean seconds of epochs 2..E at S_large, outer grouping, {mode} / "
+                    "black-box",
+        }
+    for g in GROUPINGS:
         v = ratio("direct", g, seconds)
         ratios[f"direct_epoch_seconds_{g}"] = {
             "value": round(v, 4), "target": f"<= {TARGET_DIRECT_TIME}",
@@ -262,7 +306,7 @@ def summarize(runs: list[dict]) -> dict:
 def human_summary(result: dict, wall: float) -> str:
     lines = ["", "run                              s/epoch  shuffle B/epoch  state read"]
     for r in result["runs"]:
-        name = f"{r['mode']:8s} {r['state_grouping']:5s} S={r['initial_state_records']:>9,}"
+        name = f"{r['mode']:10s} {r['state_grouping']:5s} S={r['initial_state_records']:>9,}"
         lines.append(
             f"{name:32s} {_mean([e['seconds'] for e in r['epochs']]):7.2f}  "
             f"{_mean([e['shuffle_bytes'] for e in r['epochs']]):15,.0f}  "
@@ -285,7 +329,7 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"direct": "tab:blue", "blackbox": "tab:orange"}
+    colors = {"direct": "tab:blue", "blackbox": "tab:orange", "vectorized": "tab:green"}
     styles = {"outer": "-", "inner": "--"}
     sizes = sorted({r["initial_state_records"] for r in result["runs"]})
     markers = dict(zip(sizes, "os^Dv", strict=False))
@@ -313,8 +357,8 @@ def plot(result: dict, path: str) -> None:
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
     m = result["machine"]
-    fig.suptitle(f"strata URL count: direct vs black-box ({m['cores']} cores, Spark {m['spark']},"
-                 f" {result['config']['num_partitions']} partitions)")
+    fig.suptitle(f"strata URL count: direct vs black-box vs vectorized ({m['cores']} cores, "
+                 f"Spark {m['spark']}, {result['config']['num_partitions']} partitions)")
     save(fig, path, rect=(0, 0.1, 1, 1))
 
 

@@ -48,21 +48,24 @@ def urlcount_dataflow(grouping: Literal["outer", "inner"] = "inner") -> Dataflow
 
 def count_urls_vectorized(state: pd.DataFrame | None, inputs: Mapping[str, pd.DataFrame]
                           ) -> VectorResult:
-    """``count_urls`` over many URLs at once: one pandas group-by and merge per partition."""
+    """``count_urls`` over many URLs at once: one pandas group-by and merge per partition.
+    Under outer grouping ``state`` also holds URLs not seen this epoch: they are kept."""
     assert state is not None  # the stage declares state
     seen = inputs["urls"]["url"].value_counts().rename("seen").reset_index()
-    counts = seen.merge(state, on="url", how="left")
-    counts["count"] = counts["count"].fillna(0).astype("int64") + counts["seen"]
-    changed = counts[["url", "count"]]
-    return VectorResult({"counts": changed}, changed)
+    counts = state.merge(seen, on="url", how="outer")
+    counts["count"] = (counts["count"].fillna(0).astype("int64")
+                       + counts["seen"].fillna(0).astype("int64"))
+    changed = counts.loc[counts["seen"].notna(), ["url", "count"]]
+    return VectorResult({"counts": changed}, counts[["url", "count"]])
 
 
-def urlcount_vectorized_dataflow() -> Dataflow:
-    """The URL count as a vectorized stage (inner grouping): same flows, same answers."""
+def urlcount_vectorized_dataflow(grouping: Literal["outer", "inner"] = "inner") -> Dataflow:
+    """The URL count as a vectorized stage: same flows, same answers."""
     from strata.physical.vectorized import vectorized_stage
 
     df = Dataflow("urlcount")
     df.source("urls", URLS_SCHEMA)
     vectorized_stage(df, "count", count_urls_vectorized, key="url", inputs=["urls"],
-                     outputs={"counts": COUNTS_SCHEMA}, state=COUNTS_SCHEMA)
+                     outputs={"counts": COUNTS_SCHEMA}, state=COUNTS_SCHEMA,
+                     grouping=grouping)
     return df

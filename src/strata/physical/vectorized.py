@@ -157,7 +157,7 @@ class VectorizedProgram(StageProgram):
 
     def _input_rows(self, ctx: EpochContext) -> DataFrame | None:
         """The epoch's input rows, one union of every flow: key columns ``__k<j>`` (cast to
-        the state's key types), ``__flow`` and the flow's record as struct ``__f<i>``,
+        the state's key types), ``__flow`` and the flow's other columns as struct ``__f<i>``,
         hash-partitioned on the keys with the expected partition in ``__p``."""
         shape, n = self.shape, ctx.num_partitions
         key_types = dict.fromkeys(shape.keys, "")
@@ -170,9 +170,11 @@ class VectorizedProgram(StageProgram):
             if not files:
                 continue
             d = ctx.spark.read.schema(to_ddl(schema)).parquet(*files)
+            rest = [c for c in schema.names if c not in shape.keys]  # keys travel once
             parts.append(d.select(
                 *[F.col(k).cast(key_types[k]).alias(f"__k{j}") for j, k in enumerate(shape.keys)],
-                F.lit(i).alias("__flow"), F.struct(*schema.names).alias(f"__f{i}")))
+                F.lit(i).alias("__flow"),
+                (F.struct(*rest) if rest else F.lit(True)).alias(f"__f{i}")))
         if not parts:
             return None
         rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
@@ -263,9 +265,15 @@ class _VectorTask:
             if table is None or col not in table.column_names:
                 inputs[flow] = schema.empty_table()
                 continue
-            mine = table.filter(pc.equal(table["__flow"], i))[col].combine_chunks()
-            t = pa.Table.from_struct_array(mine).cast(schema) if len(mine) else \
-                schema.empty_table()
+            mine = table.filter(pc.equal(table["__flow"], i))
+            if not mine.num_rows:
+                inputs[flow] = schema.empty_table()
+                continue
+            values = mine[col].combine_chunks()
+            columns = {k: mine[f"__k{j}"] for j, k in enumerate(self.shape.keys)}
+            if pa.types.is_struct(values.type):
+                columns.update(zip(values.type.names, values.flatten(), strict=True))
+            t = pa.table({c: columns[c] for c in schema.names}).cast(schema)
             self._check_keys(t, flow)
             inputs[flow] = t
         return inputs

@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from strata.storage.home import StageLayout
-from strata.storage.partition_store import RunInfo
+from strata.storage.partition_store import RunInfo, delete_unlisted
 
 DEAD = "__dead"
-_COMPRESSION = "lz4"  # IPC body compression: about 2x smaller, decoded at GB/s
+_COMPRESSION = "lz4"  # IPC buffers: the URL-count state takes 12 B per URL with it
 
 
 def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:
@@ -75,9 +75,8 @@ class ColumnarRuns:
     def _read(self, run: RunInfo) -> pa.Table:
         path = self._path(run.run_id)
         self.bytes_read += run.data_bytes
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            with pa.memory_map(path) as source:
-                return pa.ipc.open_file(source).read_all()
+        if isinstance(self.fs, pafs.LocalFileSystem):  # the map lives as long as its buffers
+            return pa.ipc.open_file(pa.memory_map(path)).read_all()
         with self.fs.open_input_file(path) as f:
             return pa.ipc.open_file(f).read_all()
 
@@ -173,14 +172,7 @@ class ColumnarRuns:
 
     def delete_unreferenced(self, keep: Sequence[RunInfo]) -> int:
         """Delete this partition's files not belonging to ``keep`` (no writer running)."""
-        names = {f"{r.run_id}.arrow" for r in keep}
-        infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
-        removed = 0
-        for info in infos:
-            if info.type == pafs.FileType.File and info.base_name not in names:
-                self.fs.delete_file(info.path)
-                removed += 1
-        return removed
+        return delete_unlisted(self.fs, self.dir, {f"{r.run_id}.arrow" for r in keep})
 
 
 def runs_of(state: Mapping[str, Any]) -> dict[int, list[RunInfo]]:

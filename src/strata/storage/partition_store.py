@@ -363,13 +363,18 @@ class PartitionStore:
         """Delete this partition's files (runs, stray temporaries) not belonging to ``keep``.
         Call it only when no writer of this partition is running. Returns files removed."""
         names = {f"{r.run_id}.{kind}" for r in keep for kind in ("data", "index")}
-        infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
-        removed = 0
-        for info in infos:
-            if info.type == pafs.FileType.File and info.base_name not in names:
-                self.fs.delete_file(info.path)
-                removed += 1
-        return removed
+        return delete_unlisted(self.fs, self.dir, names)
+
+
+def delete_unlisted(filesystem: pafs.FileSystem, directory: str, names: set[str]) -> int:
+    """Delete the files of ``directory`` whose names are not in ``names``; how many."""
+    infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    removed = 0
+    for info in infos:
+        if info.type == pafs.FileType.File and info.base_name not in names:
+            filesystem.delete_file(info.path)
+            removed += 1
+    return removed
 
 
 class _Chunks:
