@@ -234,7 +234,7 @@ def test_translate_stages_are_refused_over_spark_connect(connect_url, tmp_path):
         assert done.returncode == 1, message
         assert "translate stage 'count' cannot run over Spark Connect" in message
         assert "need a classic session (--master" in message
-        assert "until they take the DataFrame/Arrow route" in message
+        assert "can be written as vectorized stages" in message
         assert "Queries (strata query, compiled query stages) work over Spark Connect" in message
         assert "Traceback" not in message
         assert not home.exists()  # refused before anything was made or run

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from strata.model.dataflow import Dataflow
 from strata.model.errors import OutputError, RouteError, TranslateError
 from strata.model.vectorized import VectorResult
-from strata.physical.vectorized import vectorized_stage
+from strata.physical.vectorized import VectorizedProgram, vectorized_stage
 from tests.dataflow_driver import (
     ReferenceRunner,
     SparkRunner,
@@ -143,8 +143,12 @@ def test_state_outlives_the_runner_and_compacts(spark, tmp_path):
         want = ref.run(stage, batch)
         assert multiset(got["totals"]) == multiset(want["totals"])
     assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
-    runs = spk.runner.committed(stage).state["runs"]
+    snap = spk.runner.committed(stage)
+    runs = snap.state["runs"]
     assert all(len(rs) <= 8 for rs in runs.values())
+    line = VectorizedProgram.summary(spk.runner.state_dir(stage).layout, snap)
+    count = sum(len(rs) for rs in runs.values())
+    assert line is not None and line.startswith(f"{count} columnar run(s) over 2 partition(s)")
 
 
 def test_a_dropped_group_stays_dropped_and_starts_again_from_nothing(spark, tmp_path):

@@ -73,8 +73,9 @@ def refuse_over_connect(stages: Iterable[Stage]) -> None:
             f"translate stage{'s' if len(names) > 1 else ''} {listed} cannot run over Spark "
             "Connect (--remote / $STRATA_REMOTE): translate stages run on RDDs, which a "
             "Connect session does not have, and need a classic session (--master local[*], "
-            "spark://…, yarn, k8s://…) until they take the DataFrame/Arrow route. Queries "
-            "(strata query, compiled query stages) work over Spark Connect.")
+            "spark://…, yarn, k8s://…), or can be written as vectorized stages, which take "
+            "the DataFrame/Arrow route (docs/vectorized.md). Queries (strata query, compiled "
+            "query stages) work over Spark Connect.")
 
 
 class SparkStageRunner:

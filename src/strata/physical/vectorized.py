@@ -212,6 +212,18 @@ class VectorizedProgram(StageProgram):
         return sum(r.nbytes for rs in runs_of(state).values() for r in rs)
 
     @classmethod
+    def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
+        """Columnar runs per partition, and the rows they hold (versions and tombstones
+        included until compaction drops them)."""
+        runs = runs_of(snap.state)
+        if not runs:
+            return None
+        count = sum(len(rs) for rs in runs.values())
+        rows = sum(r.entries for rs in runs.values() for r in rs)
+        return (f"{count} columnar run(s) over {len(runs)} partition(s), {rows:,} rows "
+                f"(keyed by {', '.join(snap.state.get('keys', []))})")
+
+    @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
         st = VectorState.from_json(keep.state)
         root = layout.program_dir(_COLUMNS)
