@@ -321,13 +321,10 @@ def ingest(
         else:
             n = _ingest_from_spark(path, flow, from_table, sql, master, remote, end_frame)
         paths = paths or []
-        catalog = _catalog(path)
-        try:
+        with _catalog(path) as catalog:
             records = next((s.increment.records for s in catalog.flow_increments(flow)
                             if s.kind is IncrementKind.INGEST and s.epoch == n), None)
             consumers = catalog.consumers(flow)
-        finally:
-            catalog.close()
         if json_out:
             typer.echo(output.dumps({"flow": flow, "increment": n, "records": records,
                                "files": [str(p) for p in paths], "end_frame": end_frame,
@@ -458,8 +455,7 @@ def query(
             if not flow or not cols:
                 raise StrataError(f"--key {k!r}: write FLOW=COL or FLOW=COL1,COL2")
             keys[flow] = cols.split(",")
-        catalog = _catalog(root)
-        try:
+        with _catalog(root) as catalog:
             flows = catalog.flows()
             registered = {r.name for r in catalog.registered_stages()}
             registered |= set(catalog.legacy_queries())
@@ -477,8 +473,6 @@ def query(
             if not dry_run:
                 catalog.register_stage(compiled(stage, sql), stage.input_names,
                                        replace=replace)
-        finally:
-            catalog.close()
         if json_out:
             print(output.dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
                           "columns": plan.root.columns, "recomputed": plan.recompute}))

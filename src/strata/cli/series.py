@@ -64,8 +64,7 @@ def add(
                                   "TABLE=STREAM[-6:0]")
             tables[key.strip()] = spec.strip()
         new = Series(name, sql, tables, period, plan)
-        catalog = _catalog(_existing_home(home))
-        try:
+        with _catalog(_existing_home(home)) as catalog:
             stream = registry.stream_of(new, list(catalog.flows()))
             programs = registry.registered(catalog)
             names = {s.name: p.stream for p in programs.values() for s in p.series}
@@ -86,8 +85,6 @@ def add(
                 program = SeriesProgram(stream, _columns(catalog, stream), series)
             else:
                 program = registry.register(catalog, stream, series)
-        finally:
-            catalog.close()
         _print_explain(program, name, json_out, registered=not dry_run)
 
 
@@ -97,11 +94,8 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
     from strata.series import registry
 
     with output.reported():
-        catalog = _catalog(_existing_home(home))
-        try:
+        with _catalog(_existing_home(home)) as catalog:
             programs = registry.registered(catalog)
-        finally:
-            catalog.close()
         rows = [{"name": s.name, "stream": p.stream, "period": s.period,
                  "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
                  "first_occurrence": p.plans[s.name].schedule.first,
@@ -133,11 +127,8 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         from strata.storage.manifest import StateDir
 
         root = _existing_home(home)
-        catalog = _catalog(root)
-        try:
+        with _catalog(root) as catalog:
             program, _ = registry.find(catalog, name)
-        finally:
-            catalog.close()
         snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
         choice = (snap.state or {}).get("choices", {}).get(name)
         _print_explain(program, name, json_out, registered=True, choice=choice,
@@ -169,13 +160,10 @@ def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
     from strata.series import registry
 
     with output.reported():
-        catalog = _catalog(_existing_home(home))
-        try:
+        with _catalog(_existing_home(home)) as catalog:
             program, _ = registry.find(catalog, name)
             registry.register(catalog, program.stream,
                               [s for s in program.series if s.name != name])
-        finally:
-            catalog.close()
         output.out().print(f"dropped series [bold]{escape(name)}[/]")
 
 

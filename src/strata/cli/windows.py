@@ -88,8 +88,7 @@ def register_sql(home: Path | str, name: str, sql: str, *, deadline: str | None 
     from strata.windows import Eviction, Shedding, from_sql, registry
     from strata.windows.panes import parse_duration
 
-    catalog = _catalog(_existing_home(home))
-    try:
+    with _catalog(_existing_home(home)) as catalog:
         query = from_sql(name, sql)
         flows = catalog.flows()
         if query.flow not in flows:
@@ -108,8 +107,6 @@ def register_sql(home: Path | str, name: str, sql: str, *, deadline: str | None 
             sources=tuple(sources or ()),
             shedding=Shedding(shed_budget, shed_kind, seed) if shed_budget else None)
         return registry.register(catalog, query, sql, dry_run=dry_run)
-    finally:
-        catalog.close()
 
 
 def _schema(ddl: str):
@@ -147,11 +144,8 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
     from strata.windows import registry
 
     with output.reported():
-        catalog = _catalog(_existing_home(home))
-        try:
+        with _catalog(_existing_home(home)) as catalog:
             programs = registry.registered(catalog)
-        finally:
-            catalog.close()
         rows = [{"name": n, "flow": p.plan.query.flow, "window": p.describe(),
                  "sql": p.plan.query.sql} for n, p in sorted(programs.items())]
         if json_out:

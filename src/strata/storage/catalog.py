@@ -182,6 +182,12 @@ class Catalog:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic change: all of it or none of it survives a crash."""
