@@ -13,17 +13,12 @@ from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 from tests.recovery import vectorized_pipeline
-from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
+from tests.recovery.harness import flow_epochs, ingest_all, kill_at_each
 
 PIPELINE = "tests.recovery.vectorized_pipeline"
 POINTS = ["during-job:2", "before-manifest:3", "between-manifest-and-current:2",
           "after-spark-commit:2"]
 FLOWS = ("totals", "decayed")
-
-
-def _epochs(c) -> dict[str, dict[int, list]]:
-    return {f: {e: sorted(map(repr, c.read_flow(f, e).to_pylist()))
-                for e, _ in c.stored_increments(f)} for f in FLOWS}
 
 
 def test_kill_9_inside_vectorized_epochs(spark, tmp_path):
@@ -32,22 +27,17 @@ def test_kill_9_inside_vectorized_epochs(spark, tmp_path):
     with Controller(clean, vectorized_pipeline.build_dataflow(), spark=spark,
                     num_partitions=2) as c:
         c.run()
-        want = _epochs(c)
+        want = flow_epochs(c, FLOWS)
         want_state = {s: sorted(map(repr, c.state_records(s))) for s in ("net", "decay")}
     assert all(len(v) == vectorized_pipeline.EPOCHS for v in want.values())
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
-    logs = []
-    for point in POINTS:
-        rc, out, err = run_worker(home, crash=point, pipeline=PIPELINE, jvm_options=QUICK_JVM)
-        assert rc == -9, f"{point}: rc={rc}\n{err[-2000:]}"
-        logs.append(f"killed at {point}: " + ", ".join(
-            line for line in out.splitlines() if line.startswith("epoch")))
+    logs = kill_at_each(home, POINTS, PIPELINE)
     with Controller(home, vectorized_pipeline.build_dataflow(), spark=spark,
                     num_partitions=2) as c:
         c.run()
         assert not c.catalog.unapplied()
-        assert _epochs(c) == want, logs
+        assert flow_epochs(c, FLOWS) == want, logs
         for stage in ("net", "decay"):
             assert sorted(map(repr, c.state_records(stage))) == want_state[stage], logs
             layout = Home(c.home).stage(stage)

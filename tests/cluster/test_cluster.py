@@ -178,6 +178,26 @@ def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path
     assert counts == Counter(w.strip().lower() for w in words)
 
 
+def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
+                            files: list[tuple[str, Path]], setup: tuple = ()
+                            ) -> dict[str, Path]:
+    """Two homes, ``cluster`` and ``local``: register ``pipeline`` in each (then the CLI
+    command ``setup``, if any), and per ``(flow, file)`` ingest it and run, on the cluster
+    or in local mode. Returns the homes."""
+    homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
+    for where, home in homes.items():
+        local("run", pipeline, "--home", home)
+        if setup:
+            local(*setup, "--home", home)
+        for flow, path in files:
+            local("ingest", flow, path, "--home", home)
+            if where == "local":
+                local("run", pipeline, "--home", home)
+            else:
+                sh("run", pipeline, "--home", home, "--master", cluster.master)
+    return homes
+
+
 def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
     """A window query (SQL with WINDOW) and its C2 flow: increments with late and
     held-back records, run on the cluster and in local mode, epoch by epoch."""
@@ -190,17 +210,9 @@ def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
                         f"dataflow.source('log', {DDL!r})\n")
     windowed = SQL.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host)")
     raw = increments(random.Random(31), 3, epochs=3, span=6)
-    homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
-    for where, home in homes.items():
-        local("run", pipeline, "--home", home)
-        local("window", "add", "w", windowed, "--home", home, "--deadline", "0",
-              "--lateness", "6")
-        for batch in raw:
-            local("ingest", "log", write(tmp_path, batch), "--home", home)
-            if where == "local":
-                local("run", pipeline, "--home", home)
-            else:
-                sh("run", pipeline, "--home", home, "--master", cluster.master)
+    homes = run_here_and_on_cluster(
+        cluster, pipeline, tmp_path, [("log", write(tmp_path, batch)) for batch in raw],
+        setup=("window", "add", "w", windowed, "--deadline", "0", "--lateness", "6"))
     for flow in ("w_windows", "w_c2"):
         got = records(homes["cluster"], flow)
         assert got and got == records(homes["local"], flow), flow
@@ -211,15 +223,8 @@ def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
     a DataFrame job with mapInArrow) over the sample days, on the cluster and in local
     mode: the same counts per epoch and the same columnar state."""
     pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
-    homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
-    for where, home in homes.items():
-        local("run", pipeline, "--home", home)
-        for day in sorted(SAMPLE.glob("day-*.jsonl")):
-            local("ingest", "urls", day, "--home", home)
-            if where == "local":
-                local("run", pipeline, "--home", home)
-            else:
-                sh("run", pipeline, "--home", home, "--master", cluster.master)
+    homes = run_here_and_on_cluster(
+        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))])
     for target in ("counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target

@@ -77,3 +77,24 @@ def crash_run(home: Path, crash: str | None, kill_after: float | None = None,
     crashed = rc == -signal.SIGKILL
     assert crashed or (kill_after is not None and rc == 0), f"{crash}: rc={rc}\n{err[-2000:]}"
     return crashed
+
+
+def kill_at_each(home: Path, points: list[str], pipeline: str) -> list[str]:
+    """Run a worker process over ``home`` per crash point in turn, each killed there with
+    SIGKILL (asserted); a line per process, naming the point, its time and the epochs it
+    ran, for assertion messages."""
+    logs = []
+    for point in points:
+        t0 = time.perf_counter()
+        rc, out, err = run_worker(home, crash=point, pipeline=pipeline, jvm_options=QUICK_JVM)
+        assert rc == -signal.SIGKILL, f"{point}: rc={rc}\n{err[-2000:]}"
+        logs.append(f"killed at {point} after {time.perf_counter() - t0:.1f} s: "
+                    + ", ".join(line for line in out.splitlines() if line.startswith("epoch")))
+    return logs
+
+
+def flow_epochs(controller: Controller, flows: tuple[str, ...]) -> dict[str, dict[int, list]]:
+    """Every stored increment of ``flows``, by epoch, as sorted record reprs: two runs'
+    results compare equal when they wrote the same records in the same epochs."""
+    return {f: {e: sorted(map(repr, controller.read_flow(f, e).to_pylist()))
+                for e, _ in controller.stored_increments(f)} for f in flows}

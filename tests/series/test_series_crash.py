@@ -9,15 +9,13 @@ views of a segment (before any answer), before the manifest, between the manifes
 
 from __future__ import annotations
 
-import time
-
 from strata.controller import Controller
 from strata.series import series_stage_name
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 from tests.recovery import series_pipeline
-from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
+from tests.recovery.harness import ingest_all, kill_at_each
 from tests.series.clicklog import canon, duckdb_answer
 
 PIPELINE = "tests.recovery.series_pipeline"
@@ -28,13 +26,7 @@ POINTS = ["series-after-views:2", "before-manifest:2", "between-manifest-and-cur
 def test_kill_9_inside_series_epochs(spark, tmp_path):
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
-    logs = []
-    for point in POINTS:
-        t0 = time.perf_counter()
-        rc, out, err = run_worker(home, crash=point, pipeline=PIPELINE, jvm_options=QUICK_JVM)
-        assert rc == -9, f"{point}: rc={rc}\n{err[-2000:]}"
-        logs.append(f"killed at {point} after {time.perf_counter() - t0:.1f} s: "
-                    + ", ".join(line for line in out.splitlines() if line.startswith("epoch")))
+    logs = kill_at_each(home, POINTS, PIPELINE)
     stage = series_stage_name("log")
     segments = series_pipeline.segments()
     with Controller(home, series_pipeline.build_dataflow(), spark=spark,

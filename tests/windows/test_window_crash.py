@@ -13,17 +13,12 @@ from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 from tests.recovery import window_pipeline
-from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
+from tests.recovery.harness import flow_epochs, ingest_all, kill_at_each
 
 PIPELINE = "tests.recovery.window_pipeline"
 POINTS = ["windows-after-cells:2", "before-manifest:2", "between-manifest-and-current:1",
           "after-spark-commit:1"]
 FLOWS = ("w_windows", "w_c2")
-
-
-def _epochs(c) -> dict[str, dict[int, list]]:
-    return {f: {e: sorted(map(repr, c.read_flow(f, e).to_pylist()))
-                for e, _ in c.stored_increments(f)} for f in FLOWS}
 
 
 def test_kill_9_inside_window_epochs(spark, tmp_path):
@@ -32,21 +27,16 @@ def test_kill_9_inside_window_epochs(spark, tmp_path):
     with Controller(clean, window_pipeline.build_dataflow(), spark=spark,
                     num_partitions=2) as c:
         c.run()
-        want = _epochs(c)
+        want = flow_epochs(c, FLOWS)
     assert sum(len(v) for v in want.values()) >= 2 * window_pipeline.EPOCHS
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
-    logs = []
-    for point in POINTS:
-        rc, out, err = run_worker(home, crash=point, pipeline=PIPELINE, jvm_options=QUICK_JVM)
-        assert rc == -9, f"{point}: rc={rc}\n{err[-2000:]}"
-        logs.append(f"killed at {point}: " + ", ".join(
-            line for line in out.splitlines() if line.startswith("epoch")))
+    logs = kill_at_each(home, POINTS, PIPELINE)
     with Controller(home, window_pipeline.build_dataflow(), spark=spark,
                     num_partitions=2) as c:
         c.run()
         assert not c.catalog.unapplied()
-        assert _epochs(c) == want, logs
+        assert flow_epochs(c, FLOWS) == want, logs
         layout = Home(c.home).stage("w")
         snap = StateDir(layout).current()
         named = {*snap.state["cell_files"], *snap.state["result_files"]}
