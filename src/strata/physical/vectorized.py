@@ -160,10 +160,8 @@ class VectorizedProgram(StageProgram):
         the state's key types), ``__flow`` and the flow's other columns as struct ``__f<i>``,
         hash-partitioned on the keys with the expected partition in ``__p``."""
         shape, n = self.shape, ctx.num_partitions
-        key_types = dict.fromkeys(shape.keys, "")
-        for k in shape.keys:
-            schema = shape.state or shape.inputs[0][1]
-            key_types[k] = type_ddl(schema.field(k).type)
+        key_schema = shape.state or shape.inputs[0][1]
+        key_types = {k: type_ddl(key_schema.field(k).type) for k in shape.keys}
         parts = []
         for i, (flow, schema) in enumerate(shape.inputs):
             files = [f for inc in ctx.inputs.get(flow, ()) for f in inc.files]

@@ -40,8 +40,7 @@ def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.Chunked
     ids = pa.table({"__row": pa.array(range(table.num_rows), pa.int64()),
                     **{k: table[k] for k in keys}})
     hit = ids.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
-    mask = pc.is_in(ids["__row"], value_set=hit["__row"].combine_chunks())
-    return mask
+    return pc.is_in(ids["__row"], value_set=hit["__row"].combine_chunks())
 
 
 def unique_keys(tables: Sequence[pa.Table], keys: Sequence[str]) -> pa.Table:
@@ -105,13 +104,17 @@ class ColumnarRuns:
 
     def scan(self) -> pa.Table:
         """Every live state record of the partition (each key from its newest run)."""
-        if not self.runs:
+        return self._merged(self.runs)
+
+    def _merged(self, runs: Sequence[RunInfo]) -> pa.Table:
+        """The live records of ``runs`` (oldest first), each key from its newest run."""
+        if not runs:
             return self.empty()
-        if len(self.runs) == 1:
-            return self._live(self._read(self.runs[0]))
+        if len(runs) == 1:
+            return self._live(self._read(runs[0]))
         found: list[pa.Table] = []
         seen: pa.Table | None = None
-        for run in reversed(self.runs):
+        for run in reversed(runs):
             table = self._read(run)
             if seen is not None and seen.num_rows:
                 table = table.filter(pc.invert(member(table, self.keys, seen)))
@@ -161,11 +164,7 @@ class ColumnarRuns:
         newer = sum(r.nbytes for r in runs[1:])
         if newer <= base_fraction * runs[0].nbytes and len(runs) <= max_runs:
             return runs
-        current, self.runs = self.runs, runs
-        try:
-            live = self.scan()
-        finally:
-            self.runs = current
+        live = self._merged(runs)
         if live.num_rows == 0:
             return []
         return [self.write_run(run_id, live)]
