@@ -262,3 +262,22 @@ def test_the_vectorized_url_count_equals_the_per_group_one(spark, grouping):
     per_group = run_dataflow(urlcount_dataflow(grouping), batches, ReferenceRunner())
     mine = run_dataflow(vectorized, batches, ReferenceRunner())
     assert [multiset(i) for i in mine["counts"]] == [multiset(i) for i in per_group["counts"]]
+
+
+def pair_counts(state, inputs):
+    """Keyed by two columns: how many rows each (k, s) pair has had."""
+    seen = inputs["a"].groupby(["k", "s"], as_index=False).size().rename(columns={"size": "n"})
+    rows = state.merge(seen, on=["k", "s"], how="outer")
+    rows["total"] = rows["total"].fillna(0).astype("int64") + rows["n"].fillna(0).astype("int64")
+    return VectorResult({"totals": rows[["k", "s", "total"]]}, rows[["k", "s", "total"]])
+
+
+@SETTINGS
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
+def test_a_key_of_two_columns_equals_the_reference(spark, batches):
+    df = Dataflow("vec-pairs")
+    df.source("a", REC)
+    vectorized_stage(df, "pairs", pair_counts, key=("k", "s"), inputs=["a"],
+                     outputs={"totals": "k long, s string, total long"},
+                     state="k long, s string, total long")
+    compare(spark, df, batches)
