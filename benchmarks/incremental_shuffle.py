@@ -2,8 +2,9 @@
 "State is never re-shuffled")?
 
 Runs the URL-count stage (``strata.apps.urlcount``) with its state pre-loaded to S records,
-then E epochs of I new records each, in both execution modes (``direct``, ``blackbox``),
-and as the vectorized stage (``vectorized``: ``count_urls_vectorized`` over columnar state
+then E epochs of I new records each, in both execution modes (``direct`` over the default
+columnar state store, ``indexed``: direct over the indexed store, ``blackbox``), and as the
+vectorized stage (``vectorized``: ``count_urls_vectorized`` over columnar state
 runs), with both state groupings (``outer``, ``inner``), for several values of S. Per epoch
 it records the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
 the driver's REST API through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
@@ -24,6 +25,9 @@ S (the largest must be at least 4x the smallest):
 * state bytes on disk / the same state as one Parquet file (snappy), inner at the
   largest S, direct and vectorized             <= 1.5
 * outer epoch seconds at the largest S, direct (and vectorized) / black-box  <= 0.5
+
+Each ``direct`` figure is also given for the indexed store (``indexed_…``; the read
+fraction as ``inner_indexed_state_read_fraction``).
 
 Outer grouping calls ``translate`` for every stored key each epoch, so its per-epoch time
 and state bytes read necessarily grow with S; the time target is met (or not) by the inner
@@ -49,7 +53,8 @@ import numpy as np
 import pyarrow as pa
 from common import emit, save  # benchmarks/common.py (this script's folder)
 
-MODES = ("direct", "blackbox", "vectorized")
+MODES = ("direct", "indexed", "blackbox", "vectorized")
+DIRECT_STORES = ("direct", "indexed")  # direct mode over the columnar / the indexed store
 GROUPINGS = ("outer", "inner")
 URL_SCHEMA = pa.schema([("url", pa.string())])
 
@@ -143,7 +148,8 @@ def run_one(
     build = urlcount_vectorized_dataflow if mode == "vectorized" else urlcount_dataflow
     stage = build(grouping).stages["count"]
     runner = SparkStageRunner(str(home), spark, num_partitions=partitions,
-                              mode="blackbox" if mode == "blackbox" else "direct")
+                              mode="blackbox" if mode == "blackbox" else "direct",
+                              store="indexed" if mode == "indexed" else "columns")
     tag = f"{mode}/{grouping} S={s:,}"
     t0 = time.perf_counter()
     runner.run_epoch(stage, {"urls": work.initial})  # pre-load: not timed, not reported
@@ -240,31 +246,34 @@ def summarize(runs: list[dict]) -> dict:
     def seconds(r):
         return _mean([e["seconds"] for e in _steady(r)])
 
-    for g in GROUPINGS:
-        v = ratio("direct", g, shuffle)
-        ratios[f"direct_shuffle_bytes_{g}"] = {
-            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
-            "met": v <= TARGET_DIRECT_SHUFFLE,
-            "what": "mean shuffle bytes per epoch, direct mode, S_large / S_small",
-        }
+    for mode in DIRECT_STORES:
+        for g in GROUPINGS:
+            v = ratio(mode, g, shuffle)
+            ratios[f"{mode}_shuffle_bytes_{g}"] = {
+                "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
+                "met": v <= TARGET_DIRECT_SHUFFLE,
+                "what": f"mean shuffle bytes per epoch, {mode} mode, S_large / S_small",
+            }
     for g in GROUPINGS:
         v = ratio("blackbox", g, shuffle)
         ratios[f"blackbox_shuffle_bytes_{g}"] = {
             "value": round(v, 4), "target": "> 1.5 (grows with S)", "met": v > 1.5,
             "what": "mean shuffle bytes per epoch, black-box mode, S_large / S_small",
         }
-    small_inc = [r for r in runs if r["mode"] == "direct" and r["state_grouping"] == "inner"
-                 and r["increment_records"] <= 0.01 * r["initial_state_records"]]
-    if small_inc:
+    for mode in DIRECT_STORES:
+        small_inc = [r for r in runs if r["mode"] == mode and r["state_grouping"] == "inner"
+                     and r["increment_records"] <= 0.01 * r["initial_state_records"]]
+        if not small_inc:
+            continue
         r = max(small_inc, key=lambda r: r["initial_state_records"])
         v = _read_fraction(r)
-        ratios["inner_direct_state_read_fraction"] = {
+        ratios[f"inner_{mode}_state_read_fraction"] = {
             "value": round(v, 5), "target": f"<= {TARGET_STATE_READ}",
             "met": v <= TARGET_STATE_READ, "S": r["initial_state_records"],
             "I": r["increment_records"],
             "max_epoch": round(max(e["state_bytes_read"] / e["state_bytes_total"]
                                    for e in r["epochs"]), 5),
-            "what": "mean of state_bytes_read / state_bytes_total per epoch, direct inner, "
+            "what": f"mean of state_bytes_read / state_bytes_total per epoch, {mode} inner, "
                     "the run with I <= 1% of S",
         }
     for g in GROUPINGS:
@@ -274,7 +283,7 @@ def summarize(runs: list[dict]) -> dict:
             "met": v <= TARGET_DIRECT_SHUFFLE,
             "what": "mean shuffle bytes per epoch, vectorized stage, S_large / S_small",
         }
-    for mode in ("direct", "vectorized"):
+    for mode in (*DIRECT_STORES, "vectorized"):
         r = by[(mode, "inner", hi)]
         if "state_bytes_parquet" in r:
             v = r["state_bytes_total"] / r["state_bytes_parquet"]
@@ -291,15 +300,16 @@ def summarize(runs: list[dict]) -> dict:
             "what": f"mean seconds of epochs 2..E at S_large, outer grouping, {mode} / "
                     "black-box",
         }
-    for g in GROUPINGS:
-        v = ratio("direct", g, seconds)
-        ratios[f"direct_epoch_seconds_{g}"] = {
-            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_TIME}",
-            "met": v <= TARGET_DIRECT_TIME,
-            "what": "mean seconds of epochs 2..E, direct mode, S_large / S_small"
-                    + (" (outer calls every stored key: expected to grow)" if g == "outer"
-                       else ""),
-        }
+    for mode in DIRECT_STORES:
+        for g in GROUPINGS:
+            v = ratio(mode, g, seconds)
+            ratios[f"{mode}_epoch_seconds_{g}"] = {
+                "value": round(v, 4), "target": f"<= {TARGET_DIRECT_TIME}",
+                "met": v <= TARGET_DIRECT_TIME,
+                "what": f"mean seconds of epochs 2..E, {mode} mode, S_large / S_small"
+                        + (" (outer calls every stored key: expected to grow)" if g == "outer"
+                           else ""),
+            }
     return out
 
 
@@ -329,7 +339,8 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"direct": "tab:blue", "blackbox": "tab:orange", "vectorized": "tab:green"}
+    colors = {"direct": "tab:blue", "indexed": "tab:purple", "blackbox": "tab:orange",
+              "vectorized": "tab:green"}
     styles = {"outer": "-", "inner": "--"}
     sizes = sorted({r["initial_state_records"] for r in result["runs"]})
     markers = dict(zip(sizes, "os^Dv", strict=False))
@@ -357,8 +368,9 @@ def plot(result: dict, path: str) -> None:
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
     m = result["machine"]
-    fig.suptitle(f"strata URL count: direct vs black-box vs vectorized ({m['cores']} cores, "
-                 f"Spark {m['spark']}, {result['config']['num_partitions']} partitions)")
+    fig.suptitle("strata URL count: direct (columnar, indexed) vs black-box vs vectorized "
+                 f"({m['cores']} cores, Spark {m['spark']}, "
+                 f"{result['config']['num_partitions']} partitions)")
     save(fig, path, rect=(0, 0.1, 1, 1))
 
 

@@ -6,7 +6,10 @@ increment) are counted per URL, incrementally, in one run on one Spark session (
 
 * ``strata_direct`` — a strata Controller in direct mode; the URL-count stage of
   ``strata.apps.urlcount`` with inner state keyed by URL (an epoch reads only the state of
-  the URLs in the increment); time of ``Controller.run()`` (ingest timed apart);
+  the URLs in the increment); time of ``Controller.run()`` (ingest timed apart), over the
+  default columnar state store;
+* ``strata_direct_indexed`` — the same over the indexed state store (pickled runs with a
+  hash index);
 * ``strata_vectorized`` — the same stage written as a vectorized translate
   (``count_urls_vectorized``: one pandas call per partition over columnar state);
 * ``strata_query`` — ``SELECT url, count(*) AS count FROM urls GROUP BY url`` as a strata
@@ -75,8 +78,8 @@ from common import emit, save  # benchmarks/common.py (this script's folder)
 # slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
 FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
 QUICK = {"records": 5_000, "keys": 50_000, "increments": 3, "slow_increments": 2}
-METHODS = ("strata_direct", "strata_vectorized", "strata_query", "strata_blackbox",
-           "full_recompute", "ss_builtin_count",
+METHODS = ("strata_direct", "strata_direct_indexed", "strata_vectorized", "strata_query",
+           "strata_blackbox", "full_recompute", "ss_builtin_count",
            "ss_apply_in_pandas_with_state", "ss_transform_with_state_in_pandas",
            "ss_transform_with_state")
 SLOW = ("ss_apply_in_pandas_with_state", "ss_transform_with_state_in_pandas",
@@ -227,8 +230,9 @@ class Strata(Method):
         else:
             df = urlcount_dataflow("inner")
         self.home = self.ctx["tmp"] / f"home-{self.variant}"
-        self.c = Controller(self.home, df, spark=self.ctx["spark"],
-                            mode=self.mode, num_partitions=self.ctx["partitions"])
+        self.c = Controller(self.home, df, spark=self.ctx["spark"], mode=self.mode,
+                            num_partitions=self.ctx["partitions"],
+                            store="indexed" if self.variant == "direct_indexed" else "columns")
         self.c.lock()
 
     def step(self, e: int, file: Path) -> dict:
@@ -523,6 +527,9 @@ def summarize(per: dict[str, list[float]], extra: dict[str, list[dict]]) -> dict
             out["targets"][name] = {"value": round(v, 2), "target": f"<= {target:g}",
                                     "met": v <= target,
                                     "mean_ratio": round(mean[m] / mean["ss_builtin_count"], 2)}
+    if "strata_direct_indexed" in med and "ss_builtin_count" in med:  # no target: a comparison
+        out["direct_indexed_over_ss_builtin_count"] = round(
+            med["strata_direct_indexed"] / med["ss_builtin_count"], 2)
     for m in per:
         if m.startswith("ss_") and m in extra:
             out.setdefault("ss_trigger_execution_median_s", {})[m] = round(statistics.median(

@@ -25,13 +25,11 @@ import pyarrow as pa
 
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
-from strata.physical.records import pending_state_records
 from strata.physical.runner import SparkStageRunner
-from strata.physical.translate import TranslateState
+from strata.physical.translate import TranslateProgram
 from strata.reference import ReferenceExecutor
 from strata.storage import fs
 from strata.storage.increments import Increment, read_records, write_table
-from strata.storage.partition_store import read_all
 
 Record = dict[str, Any]
 
@@ -142,7 +140,8 @@ def flow_schema(stage: Stage, flow: str) -> pa.Schema:
 
 
 class SparkRunner:
-    """Runs stage epochs with :class:`SparkStageRunner` in ``mode`` under ``home``.
+    """Runs stage epochs with :class:`SparkStageRunner` in ``mode`` under ``home``
+    (``"direct-indexed"``: direct mode over the indexed state store).
 
     Each input record list is written as ``files_per_input`` Parquet files (records
     dealt round-robin, so an increment may span several files).
@@ -158,7 +157,9 @@ class SparkRunner:
     ) -> None:
         self.name = mode
         self.home = home
-        self.runner = SparkStageRunner(home, spark, mode=mode, num_partitions=num_partitions)
+        mode, _, store = mode.partition("-")
+        self.runner = SparkStageRunner(home, spark, mode=mode, num_partitions=num_partitions,
+                                       store=store or "columns")
         self.files_per_input = files_per_input
         self._seq = 0
 
@@ -190,25 +191,12 @@ class SparkRunner:
 
 
 def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Record]:
-    """The committed state records of ``stage`` under ``runner``'s home, in either mode.
-
-    Direct mode: every live entry of the partition runs, plus the records written to
-    keys of another partition (``PENDING_STATE`` items of pending files), which are part of
-    the state until the next epoch merges them. Black-box mode: the Parquet files of
-    ``snapshot.blackbox`` (and pending state records, should there be any).
+    """The committed state records of ``stage`` under ``runner``'s home, in either mode and
+    with either direct-mode store, including the records written to keys of another
+    partition (pending files), which are part of the state until the next epoch merges them.
     """
-    snap = TranslateState.from_json(runner.committed(stage).state)
-    if snap.mode == "blackbox":
-        records = read_records(snap.blackbox)
-    else:
-        root = runner.state_dir(stage).root
-        records = [r for _, _, recs in read_all(root, snap.runs) for r in recs]
-    for uri in snap.pending:
-        data = fs.read_bytes(uri)
-        if data is None:
-            raise FileNotFoundError(f"pending file {uri} of the committed state is missing")
-        records += pending_state_records(data)
-    return records
+    layout = runner.home.stage(stage if isinstance(stage, str) else stage.name)
+    return TranslateProgram.read_state(layout, runner.committed(stage))
 
 
 # -- comparing ------------------------------------------------------------------------------

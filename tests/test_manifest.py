@@ -16,7 +16,8 @@ def _downgrade(path: str) -> None:
     """Rewrite a manifest in the first format: state fields at the top level."""
     d = json.loads(fs.read_bytes(path))
     old = {k: d[k] for k in ("stage", "epoch", "num_partitions", "outputs", "metrics")}
-    old.update(d["state"])  # mode, runs, pending, blackbox
+    # mode, runs, pending, blackbox (the first format knew only the indexed store)
+    old.update({k: v for k, v in d["state"].items() if k != "store"})
     old.update(tables={}, query={})
     fs.write_json_atomic(path, old)
 
@@ -38,7 +39,7 @@ def test_a_home_written_by_the_first_manifest_format_reads_and_runs_on(spark, tm
     df = urlcount_dataflow("outer")
     stage = df.stages["count"]
     home = str(tmp_path / "home")
-    runner = SparkStageRunner(home, spark, num_partitions=2)
+    runner = SparkStageRunner(home, spark, num_partitions=2, store="indexed")
     first = [{"url": u} for u in "abcab"]
     runner.run_epoch(stage, {"urls": increment(str(tmp_path), df.flows["urls"], first)})
     before = sorted((r["url"], r["count"]) for r in runner.state_records(stage))

@@ -1,8 +1,9 @@
-"""Property tests: the Spark runner (``direct`` and ``blackbox``) against the reference.
+"""Property tests: the Spark runner (``direct`` over each state store, and ``blackbox``)
+against the reference.
 
 Random stages and data are run through :func:`dataflow_driver.run_dataflow` by the
-reference executor and by :class:`~strata.physical.runner.SparkStageRunner` in both
-modes; the output increments (per flow, per epoch) and the final state of every
+reference executor and by :class:`~strata.physical.runner.SparkStageRunner` in every
+mode; the output increments (per flow, per epoch) and the final state of every
 stage must be equal as multisets (the order of records in an increment is not
 defined). Translators come from a small parameterised family (:class:`Translator`)
 whose result depends only on the per-flow multisets, or on the order that
@@ -39,7 +40,7 @@ from tests.dataflow_driver import (
 
 register_by_value(__name__)  # Spark workers cannot import this module: ship it by value
 
-MODES = ("direct", "blackbox")
+MODES = ("direct", "direct-indexed", "blackbox")  # direct: the columnar state store
 REC = "k long, s string, v long, id long"  # the schema of every generated flow
 S = ("a", "b", "ß", "", "ab")  # string key domain (tiny, so groups collide)
 NK = 5  # int key domain 0..NK-1

@@ -79,6 +79,10 @@ class Controller:
     ``spark`` is given) runs the epochs over Spark Connect: query stages run there; a
     dataflow with translate stages is refused here, before anything runs, because they
     need a classic session (RDDs).
+
+    ``store`` is direct mode's state store for stages whose state begins here:
+    ``"columns"`` (Arrow runs) or ``"indexed"`` (pickled runs with a hash index, whose
+    inner lookups read only the epoch's entries); a stage already run keeps its own.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class Controller:
         remote: str | None = None,
         mode: str = "direct",
         num_partitions: int | None = None,
+        store: str = "columns",
         fuse: bool = True,
         py_files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
@@ -109,7 +114,7 @@ class Controller:
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
         self._spark, self._master, self._remote = spark, master, remote
         self.py_files = list(py_files)
-        self.mode, self.num_partitions = mode, num_partitions
+        self.mode, self.num_partitions, self.store = mode, num_partitions, store
         self._runner: SparkStageRunner | None = None
         self._lock = HomeLock(self.layout.lock_path, self.home)
         register(self.catalog, self.home, self.dataflow, self.units)
@@ -140,7 +145,8 @@ class Controller:
             if is_connect(spark):  # e.g. an active Connect session this process made
                 refuse_over_connect(self.dataflow.stages.values())
             ship_files(spark, self.py_files)
-            self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions)
+            self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions,
+                                            store=self.store)
         return self._runner
 
     @property

@@ -54,6 +54,7 @@ class EpochContext:
     mode: str  # "direct" or "blackbox" (translate stages; others may ignore it)
     token: str  # unique to this attempt: names every file it writes
     fusion: Fusion = NO_FUSION  # record-wise stages fused into this one's job
+    store: str = "columns"  # direct mode's state store for a new home (translate stages)
 
     @property
     def layout(self) -> StageLayout:

@@ -31,6 +31,7 @@ from strata.physical.program import (
 )
 from strata.physical.session import default_parallelism, get_spark, is_connect
 from strata.physical.translate import MODES, TranslateProgram
+from strata.storage.direct_columns import STORES
 from strata.storage.home import Home
 from strata.storage.increments import Increment
 from strata.storage.manifest import StateDir, StateSnapshot
@@ -83,6 +84,8 @@ class SparkStageRunner:
 
     ``home`` holds flow increments and stage state (:mod:`strata.storage.home`); it may be
     a local path or any Hadoop-compatible URI reachable from driver and executors.
+    ``store`` is the direct-mode state store of stages that begin under this runner
+    (``strata.storage.direct_columns``); a stage already run keeps its own.
     """
 
     def __init__(
@@ -91,9 +94,13 @@ class SparkStageRunner:
         spark: SparkSession | None = None,
         mode: str = "direct",
         num_partitions: int | None = None,
+        store: str = "columns",
     ) -> None:
         if mode not in MODES:
             raise StrataError(f"unknown execution mode {mode!r}; choose one of {MODES}")
+        if store not in STORES:
+            raise StrataError(f"unknown state store {store!r}; choose one of {STORES}")
+        self.store = store
         self.home = home if isinstance(home, Home) else Home(home)
         self.spark = spark or get_spark()
         self.mode = mode
@@ -162,7 +169,7 @@ class SparkStageRunner:
                     for f, incs in inputs.items()},
             committed=cur, home=self.home, spark=self.spark,
             num_partitions=cur.num_partitions or self.num_partitions, mode=self.mode,
-            token=uuid.uuid4().hex[:10], fusion=fusion,
+            token=uuid.uuid4().hex[:10], fusion=fusion, store=self.store,
         )
         connect = is_connect(self.spark)
         if connect:

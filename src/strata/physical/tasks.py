@@ -53,6 +53,7 @@ from strata.physical.records import (
     load_pending,
 )
 from strata.storage import fs
+from strata.storage.direct_columns import DirectColumns, StoreSpec
 from strata.storage.home import Home, StageLayout
 from strata.storage.increments import iter_batches, iter_records, write_table
 from strata.storage.partition_store import PartitionStore, RunInfo
@@ -90,6 +91,14 @@ class EpochTask:
     runs: dict[int, list[RunInfo]] = field(default_factory=dict)
     max_runs: int = 8
     fusion: Fusion = NO_FUSION
+    store: StoreSpec = StoreSpec()  # direct mode's state store
+
+    def open_store(self, p: int) -> DirectColumns | PartitionStore:
+        """The direct-mode state store of partition ``p``, as the epoch began."""
+        assert self.stage.state is not None  # only stages with state have a store
+        route = self.stage.state.route
+        return self.store.open(self.layout.root, p, self.runs.get(p, []),
+                               lambda rec: state_key(route, rec))
 
     # -- naming -----------------------------------------------------------------
     def output_uri(self, flow: str, p: int) -> str:
@@ -204,7 +213,7 @@ class _PartitionRun:
         self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
         self.remote: list[tuple] = []  # state records bound for other partitions
         self.assoc: list[tuple] = []
-        self.store: PartitionStore | None = None
+        self.store: DirectColumns | PartitionStore | None = None
         self.compaction_read = 0  # of store.bytes_read: read to merge runs
         # per-flow functions, looked up once rather than once per key
         self.state_order = task.stage.state.order if task.stage.state else None
@@ -267,11 +276,13 @@ class _PartitionRun:
         grouping = st.grouping if st is not None else None
         stored: dict[bytes, tuple[Any, list]] = {}
         if st is not None and t.mode == "direct":
-            self.store = PartitionStore(t.layout.root, self.p, t.runs.get(self.p, []))
+            self.store = t.open_store(self.p)
             if grouping == "outer":
                 stored = {enc: (key, recs) for enc, key, recs in self.store.scan()}
             else:
-                stored = self.store.lookup(set(groups) | set(pending))
+                wanted = {enc: g[0] for enc, g in groups.items()}
+                wanted.update((enc, kv[0]) for enc, kv in pending.items())
+                stored = self.store.lookup(wanted)
         elif st is not None:
             stored = {enc: (kv[0], kv[1]) for enc, kv in bbstate.items()}
         state_of = dict(stored)
@@ -378,7 +389,8 @@ class _PartitionRun:
                 entries.append((enc, stored[enc][0], []))  # tombstone
         carry = (set(self.local) | set(pending)) - called
         if carry:  # not called: old state + pending + what others wrote to it
-            old = store.lookup(carry - set(stored))
+            old = store.lookup({enc: (self.local.get(enc) or pending[enc])[0]
+                                for enc in carry - set(stored)})
             old.update({e: stored[e] for e in carry if e in stored})
             for enc in carry:
                 key = (self.local.get(enc) or pending.get(enc) or old[enc])[0]

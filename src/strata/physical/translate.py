@@ -28,7 +28,7 @@ that only the increment moved.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from strata.model.dataflow import Stage
@@ -38,10 +38,11 @@ from strata.physical.records import pending_state_records
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
+from strata.storage.direct_columns import StoreSpec
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, read_records
 from strata.storage.manifest import StateSnapshot
-from strata.storage.partition_store import PartitionStore, RunInfo, read_all
+from strata.storage.partition_store import RunInfo
 
 MODES = ("direct", "blackbox")
 # An input file of more than twice this many records is read by several map tasks (row
@@ -62,9 +63,11 @@ class TranslateState:
     runs: dict[int, list[RunInfo]] = field(default_factory=dict)  # direct: per partition
     pending: list[str] = field(default_factory=list)  # records bound for other partitions
     blackbox: list[str] = field(default_factory=list)  # black-box mode: the whole state
+    store: StoreSpec = StoreSpec()  # direct mode's runs (from_json: "indexed" if unsaid)
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "pending": self.pending, "blackbox": self.blackbox,
+        return {"mode": self.mode, "store": asdict(self.store), "pending": self.pending,
+                "blackbox": self.blackbox,
                 "runs": {str(p): [r.to_json() for r in rs] for p, rs in self.runs.items()}}
 
     @classmethod
@@ -73,7 +76,8 @@ class TranslateState:
             return cls()
         return cls(d["mode"], {int(p): [RunInfo.from_json(r) for r in rs]
                                for p, rs in d["runs"].items()},
-                   list(d["pending"]), list(d["blackbox"]))
+                   list(d["pending"]), list(d["blackbox"]),
+                   StoreSpec(**d.get("store", {"format": "indexed"})))
 
 
 class TranslateProgram(StageProgram):
@@ -89,13 +93,16 @@ class TranslateProgram(StageProgram):
                 f"stage {stage.name!r} keeps its state in {before.mode!r} mode; run it in "
                 f"that mode (or start from an empty home to switch to {ctx.mode!r})"
             )
+        if not cur.epoch and stage.state is not None:  # a new home: the runner's store
+            before.store = StoreSpec.for_state(ctx.store, stage.state.arrow_schema,
+                                               stage.state.route_by)
         for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
                            for x in c)]:
             ship_user_code(ctx.spark, s)
         task = EpochTask(
             stage=stage, epoch=ctx.epoch, mode=ctx.mode, num_partitions=ctx.num_partitions,
             home=ctx.home, layout=ctx.layout, token=ctx.token, runs=before.runs,
-            fusion=ctx.fusion,
+            fusion=ctx.fusion, store=before.store,
         )
         sc = ctx.spark.sparkContext
         splits: list[tuple] = []
@@ -131,7 +138,7 @@ class TranslateProgram(StageProgram):
             for flow, (uri, rows, size) in r["outputs"].items():
                 o = outputs[flow]
                 outputs[flow] = Increment(o.files + (uri,), o.records + rows, o.bytes + size)
-        after = TranslateState(mode=ctx.mode)
+        after = TranslateState(mode=ctx.mode, store=before.store)
         if stage.state is not None and ctx.mode == "direct":
             after.runs = {r["partition"]: [RunInfo.from_json(x) for x in r.get("runs", [])]
                           for r in results}
@@ -159,7 +166,9 @@ class TranslateProgram(StageProgram):
         if st.mode == "blackbox":
             recs = read_records(st.blackbox)
         else:
-            recs = [r for _, _, rs in read_all(layout.root, st.runs) for r in rs]
+            recs = [r for p in sorted(st.runs)
+                    for _, _, rs in st.store.open(layout.root, p, st.runs[p]).scan()
+                    for r in rs]
         for f in st.pending:
             recs += pending_state_records(fs.read_required(f))
         return recs
@@ -171,10 +180,24 @@ class TranslateProgram(StageProgram):
         return runs + sum(fs.size_of(f) for f in st.pending + st.blackbox)
 
     @classmethod
+    def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
+        """The mode, and in direct mode the store and its runs."""
+        if not snap.state:
+            return None
+        st = TranslateState.from_json(snap.state)
+        if st.mode == "blackbox":
+            return f"black-box mode: {len(st.blackbox)} state file(s)"
+        count = sum(len(rs) for rs in st.runs.values())
+        keyed = f" keyed by {st.store.column or 'encoded key'}" if st.store.format == "columns" \
+            else ""
+        return (f"direct mode, {st.store.format} store{keyed}: {count} run(s) over "
+                f"{len(st.runs)} partition(s), {len(st.pending)} pending file(s)")
+
+    @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
         st = TranslateState.from_json(keep.state)
         for p in layout.partitions():
-            PartitionStore(layout.root, p, []).delete_unreferenced(st.runs.get(p, []))
+            st.store.open(layout.root, p, []).delete_unreferenced(st.runs.get(p, []))
         referenced = set(st.pending) | set(st.blackbox)
         for directory in (layout.pending_dir, layout.blackbox_dir):
             for name in fs.list_dir(directory):

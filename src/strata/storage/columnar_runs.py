@@ -1,6 +1,7 @@
-"""Columnar state runs: one partition of a vectorized stage's state as Arrow IPC files.
+"""Columnar state runs: one state partition as Arrow IPC files (the state of vectorized
+stages, and of translate stages through ``direct_columns.py``).
 
-A partition's state is a list of immutable *runs*, oldest first, like the direct store of
+A partition's state is a list of immutable *runs*, oldest first, like the indexed store of
 translate stages (``partition_store.py``), but each run is one Arrow IPC file holding
 state records as columns plus a boolean ``__dead`` column: a dead row is a *tombstone*
 carrying only the key columns, masking the key in older runs. A key's records are all in
@@ -29,7 +30,9 @@ from strata.storage.home import StageLayout
 from strata.storage.partition_store import RunInfo, delete_unlisted
 
 DEAD = "__dead"
-_COMPRESSION = "lz4"  # IPC buffers: the URL-count state takes 12 B per URL with it
+# IPC buffers. zstd (level 1) against LZ4 on 600,000 URL counts: 10.0 against 18.0 B per
+# URL (snappy Parquet: 12.1), and no slower to read (docs/vectorized.md)
+_COMPRESSION = "zstd"
 
 
 def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:
