@@ -77,6 +77,10 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# key types whose equality is encoding equality (not float: 0.0 == -0.0)
+_EXACT_KEYS = (str, int, bytes, bool)
+
+
 @dataclass
 class EpochTask:
     """Everything a task needs to run its part of one stage epoch (shipped by pickle)."""
@@ -209,7 +213,8 @@ class _PartitionRun:
         self.out = Emitter(task.stage)
         # (end index in the output buffer, key) per flow, to name the key of a bad record
         self.bounds: dict[str, list[tuple[int, Any]]] = {f: [] for f in self.out.outputs}
-        self.state_written: list[tuple[dict, Any]] = []  # (record, calling key)
+        # (record, calling key, its encoding): the encoding is None for record-wise calls
+        self.state_written: list[tuple[dict, Any, bytes | None]] = []
         self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
         self.remote: list[tuple] = []  # state records bound for other partitions
         self.assoc: list[tuple] = []
@@ -218,6 +223,8 @@ class _PartitionRun:
         # per-flow functions, looked up once rather than once per key
         self.state_order = task.stage.state.order if task.stage.state else None
         self.state_route = task.stage.state.route if task.stage.state else None
+        route_by = task.stage.state.route_by if task.stage.state else None
+        self.state_field = route_by if isinstance(route_by, str) else None
         self.orders = [(inp.flow_name, inp.order) for inp in task.stage.inputs]
 
     def _err(self, cls, detail: str, **kw) -> EpochError:
@@ -278,7 +285,7 @@ class _PartitionRun:
         if st is not None and t.mode == "direct":
             self.store = t.open_store(self.p)
             if grouping == "outer":
-                stored = {enc: (key, recs) for enc, key, recs in self.store.scan()}
+                stored = self.store.live()
             else:
                 wanted = {enc: g[0] for enc, g in groups.items()}
                 wanted.update((enc, kv[0]) for enc, kv in pending.items())
@@ -331,7 +338,7 @@ class _PartitionRun:
                 b.append((len(buf), key))
         writes, assoc = out.take_state_and_associations()
         for rec in writes:
-            self.state_written.append((rec, key))
+            self.state_written.append((rec, key, enc))
         for akey, address in assoc:
             self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey), akey))
 
@@ -420,13 +427,20 @@ class _PartitionRun:
         the schema makes it) under its own key: here, or bound for another partition."""
         if not self.state_written:
             return
-        res = to_table([r for r, _ in self.state_written], schema)
+        res = to_table([r for r, _, _ in self.state_written], schema)
         if isinstance(res, tuple):
             i, rec, why = res
             raise self._err(SchemaError, why, flow=STATE, key=self.state_written[i][1],
                             has_key=True, record=rec, has_record=True)
         anywhere = self.t.mode == "blackbox"  # black-box re-shuffles all state anyway
-        for rec, (_, key) in zip(records_of(res), self.state_written, strict=True):
+        field = self.state_field
+        for rec, (_, key, enc) in zip(records_of(res), self.state_written, strict=True):
+            if field is not None and enc is not None:
+                v = rec[field]
+                if type(v) is type(key) and type(v) in _EXACT_KEYS and v == key:
+                    # state for the calling key: its encoding is known, its partition is p
+                    self.local.setdefault(enc, [key, []])[1].append(rec)
+                    continue
             try:
                 senc, skey = state_key(self.state_route, rec)
             except BadRoute as e:

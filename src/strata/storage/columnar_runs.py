@@ -122,7 +122,7 @@ class ColumnarRuns:
             if seen is not None and seen.num_rows:
                 table = table.filter(pc.invert(member(table, self.keys, seen)))
             found.append(self._live(table))
-            keys = unique_keys([table], self.keys)
+            keys = table.select(self.keys)  # membership tests need no distinct keys
             seen = keys if seen is None else pa.concat_tables([seen, keys])
         return pa.concat_tables(found)
 

@@ -148,8 +148,12 @@ class DirectColumns:
 
     def scan(self) -> Iterator[Entry]:
         """Every live ``(enc, key, records)`` of the partition."""
-        for enc, (key, records) in self._grouped(self.store.scan(), None).items():
+        for enc, (key, records) in self.live().items():
             yield enc, key, records
+
+    def live(self) -> dict[bytes, tuple[Any, list[dict]]]:
+        """Every live key of the partition: ``enc -> (key, records)``."""
+        return self._grouped(self.store.scan(), None)
 
     def write_run(self, run_id: str, entries: Iterable[Entry]) -> RunInfo:
         """A new run of ``entries`` (empty records: a tombstone), not committed."""

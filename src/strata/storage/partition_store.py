@@ -264,6 +264,10 @@ class PartitionStore:
         for _, enc, key, records, _ in self._merge(self.runs, drop_tombstones=True):
             yield enc, key, records
 
+    def live(self) -> dict[bytes, tuple[Any, list[dict]]]:
+        """Every live key of the partition: ``enc -> (key, records)``."""
+        return {enc: (key, records) for enc, key, records in self.scan()}
+
     # ----------------------------------------------------------------- writing
     @contextmanager
     def _atomic(self, path: str) -> Iterator[Any]:
