@@ -438,8 +438,9 @@ class _PartitionRun:
             if field is not None and enc is not None:
                 v = rec[field]
                 if type(v) is type(key) and type(v) in _EXACT_KEYS and v == key:
-                    # state for the calling key: its encoding is known, its partition is p
-                    self.local.setdefault(enc, [key, []])[1].append(rec)
+                    # state for the calling key: its encoding is known, its partition is p.
+                    # The key is the record's own value: pickled once with it (indexed store)
+                    self.local.setdefault(enc, [v, []])[1].append(rec)
                     continue
             try:
                 senc, skey = state_key(self.state_route, rec)
