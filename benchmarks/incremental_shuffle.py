@@ -246,14 +246,15 @@ def summarize(runs: list[dict]) -> dict:
     def seconds(r):
         return _mean([e["seconds"] for e in _steady(r)])
 
-    for mode in DIRECT_STORES:
+    def at_most(v: float, target: float, what: str, digits: int = 4, **extra) -> dict:
+        return {"value": round(v, digits), "target": f"<= {target}", "met": v <= target,
+                **extra, "what": what}
+
+    for mode in (*DIRECT_STORES, "vectorized"):
         for g in GROUPINGS:
-            v = ratio(mode, g, shuffle)
-            ratios[f"{mode}_shuffle_bytes_{g}"] = {
-                "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
-                "met": v <= TARGET_DIRECT_SHUFFLE,
-                "what": f"mean shuffle bytes per epoch, {mode} mode, S_large / S_small",
-            }
+            ratios[f"{mode}_shuffle_bytes_{g}"] = at_most(
+                ratio(mode, g, shuffle), TARGET_DIRECT_SHUFFLE,
+                f"mean shuffle bytes per epoch, {mode}, S_large / S_small")
     for g in GROUPINGS:
         v = ratio("blackbox", g, shuffle)
         ratios[f"blackbox_shuffle_bytes_{g}"] = {
@@ -266,50 +267,31 @@ def summarize(runs: list[dict]) -> dict:
         if not small_inc:
             continue
         r = max(small_inc, key=lambda r: r["initial_state_records"])
-        v = _read_fraction(r)
-        ratios[f"inner_{mode}_state_read_fraction"] = {
-            "value": round(v, 5), "target": f"<= {TARGET_STATE_READ}",
-            "met": v <= TARGET_STATE_READ, "S": r["initial_state_records"],
-            "I": r["increment_records"],
-            "max_epoch": round(max(e["state_bytes_read"] / e["state_bytes_total"]
-                                   for e in r["epochs"]), 5),
-            "what": f"mean of state_bytes_read / state_bytes_total per epoch, {mode} inner, "
-                    "the run with I <= 1% of S",
-        }
-    for g in GROUPINGS:
-        v = ratio("vectorized", g, shuffle)
-        ratios[f"vectorized_shuffle_bytes_{g}"] = {
-            "value": round(v, 4), "target": f"<= {TARGET_DIRECT_SHUFFLE}",
-            "met": v <= TARGET_DIRECT_SHUFFLE,
-            "what": "mean shuffle bytes per epoch, vectorized stage, S_large / S_small",
-        }
+        ratios[f"inner_{mode}_state_read_fraction"] = at_most(
+            _read_fraction(r), TARGET_STATE_READ,
+            f"mean of state_bytes_read / state_bytes_total per epoch, {mode} inner, the run "
+            "with I <= 1% of S", digits=5, S=r["initial_state_records"],
+            I=r["increment_records"],
+            max_epoch=round(max(e["state_bytes_read"] / e["state_bytes_total"]
+                                for e in r["epochs"]), 5))
     for mode in (*DIRECT_STORES, "vectorized"):
         r = by[(mode, "inner", hi)]
         if "state_bytes_parquet" in r:
-            v = r["state_bytes_total"] / r["state_bytes_parquet"]
-            ratios[f"{mode}_state_bytes_over_parquet"] = {
-                "value": round(v, 3), "target": f"<= {TARGET_STATE_OVER_PARQUET}",
-                "met": v <= TARGET_STATE_OVER_PARQUET,
-                "what": f"{mode} inner at S_large: state bytes on disk / the same records as "
-                        "one Parquet file (snappy)",
-            }
-        v = seconds(by[(mode, "outer", hi)]) / seconds(by[("blackbox", "outer", hi)])
-        ratios[f"{mode}_outer_epoch_over_blackbox"] = {
-            "value": round(v, 3), "target": f"<= {TARGET_OUTER_VS_BLACKBOX}",
-            "met": v <= TARGET_OUTER_VS_BLACKBOX,
-            "what": f"mean seconds of epochs 2..E at S_large, outer grouping, {mode} / "
-                    "black-box",
-        }
+            ratios[f"{mode}_state_bytes_over_parquet"] = at_most(
+                r["state_bytes_total"] / r["state_bytes_parquet"], TARGET_STATE_OVER_PARQUET,
+                f"{mode} inner at S_large: state bytes on disk / the same records as one "
+                "Parquet file (snappy)", digits=3)
+        ratios[f"{mode}_outer_epoch_over_blackbox"] = at_most(
+            seconds(by[(mode, "outer", hi)]) / seconds(by[("blackbox", "outer", hi)]),
+            TARGET_OUTER_VS_BLACKBOX,
+            f"mean seconds of epochs 2..E at S_large, outer grouping, {mode} / black-box",
+            digits=3)
     for mode in DIRECT_STORES:
         for g in GROUPINGS:
-            v = ratio(mode, g, seconds)
-            ratios[f"{mode}_epoch_seconds_{g}"] = {
-                "value": round(v, 4), "target": f"<= {TARGET_DIRECT_TIME}",
-                "met": v <= TARGET_DIRECT_TIME,
-                "what": f"mean seconds of epochs 2..E, {mode} mode, S_large / S_small"
-                        + (" (outer calls every stored key: expected to grow)" if g == "outer"
-                           else ""),
-            }
+            grows = " (outer calls every stored key: expected to grow)" if g == "outer" else ""
+            ratios[f"{mode}_epoch_seconds_{g}"] = at_most(
+                ratio(mode, g, seconds), TARGET_DIRECT_TIME,
+                f"mean seconds of epochs 2..E, {mode} mode, S_large / S_small{grows}")
     return out
 
 
