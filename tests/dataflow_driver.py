@@ -26,7 +26,6 @@ import pyarrow as pa
 from strata.model.dataflow import Dataflow, Flow, Stage
 from strata.model.schema import to_table
 from strata.physical.runner import SparkStageRunner
-from strata.physical.translate import TranslateProgram
 from strata.reference import ReferenceExecutor
 from strata.storage import fs
 from strata.storage.increments import Increment, read_records, write_table
@@ -187,16 +186,9 @@ class SparkRunner:
         return {f: read_records(inc.files) for f, inc in result.outputs.items()}
 
     def state_records(self, stage: Stage) -> list[Record]:
-        return spark_state_records(self.runner, stage)
-
-
-def spark_state_records(runner: SparkStageRunner, stage: Stage | str) -> list[Record]:
-    """The committed state records of ``stage`` under ``runner``'s home, in either mode and
-    with either direct-mode store, including the records written to keys of another
-    partition (pending files), which are part of the state until the next epoch merges them.
-    """
-    layout = runner.home.stage(stage if isinstance(stage, str) else stage.name)
-    return TranslateProgram.read_state(layout, runner.committed(stage))
+        # in either mode and with either direct-mode store, with the records bound for
+        # another partition (pending files), part of the state until the next epoch
+        return self.runner.state_records(stage)
 
 
 # -- comparing ------------------------------------------------------------------------------

@@ -93,10 +93,6 @@ class DirectColumns:
         self.store = ColumnarRuns(root, partition, runs, stored, [self.column or ENC])
 
     @property
-    def runs(self) -> list[RunInfo]:
-        return self.store.runs
-
-    @property
     def bytes_read(self) -> int:
         """Bytes of the runs read so far (lookups, scans and compaction)."""
         return self.store.bytes_read
