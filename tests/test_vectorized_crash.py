@@ -8,41 +8,34 @@ process finishes the run."""
 
 from __future__ import annotations
 
-from strata.controller import Controller
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 from tests.recovery import vectorized_pipeline
-from tests.recovery.harness import flow_epochs, ingest_all, kill_at_each
+from tests.recovery.harness import ingest_all, kill_at_each, run_here
 
 PIPELINE = "tests.recovery.vectorized_pipeline"
 POINTS = ["during-job:2", "before-manifest:3", "between-manifest-and-current:2",
           "after-spark-commit:2"]
 FLOWS = ("totals", "decayed")
+STATES = ("net", "decay")
 
 
 def test_kill_9_inside_vectorized_epochs(spark, tmp_path):
     clean = tmp_path / "clean"
     ingest_all(clean, PIPELINE)
-    with Controller(clean, vectorized_pipeline.build_dataflow(), spark=spark,
-                    num_partitions=2) as c:
-        c.run()
-        want = flow_epochs(c, FLOWS)
-        want_state = {s: sorted(map(repr, c.state_records(s))) for s in ("net", "decay")}
+    want, want_state = run_here(clean, PIPELINE, spark, FLOWS, STATES)
     assert all(len(v) == vectorized_pipeline.EPOCHS for v in want.values())
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
     logs = kill_at_each(home, POINTS, PIPELINE)
-    with Controller(home, vectorized_pipeline.build_dataflow(), spark=spark,
-                    num_partitions=2) as c:
-        c.run()
-        assert not c.catalog.unapplied()
-        assert flow_epochs(c, FLOWS) == want, logs
-        for stage in ("net", "decay"):
-            assert sorted(map(repr, c.state_records(stage))) == want_state[stage], logs
-            layout = Home(c.home).stage(stage)
-            snap = StateDir(layout).current()
-            named = {f"{r['run_id']}.arrow" for rs in snap.state["runs"].values() for r in rs}
-            on_disk = {name for p in fs.list_dir(layout.program_dir("columns"))
-                       for name in fs.list_dir(fs.join(layout.program_dir("columns"), p))}
-            assert named and on_disk == named, (stage, logs)
+    got, got_state = run_here(home, PIPELINE, spark, FLOWS, STATES)
+    assert got == want, logs
+    for stage in STATES:
+        assert got_state[stage] == want_state[stage], logs
+        layout = Home(home).stage(stage)
+        snap = StateDir(layout).current()
+        named = {f"{r['run_id']}.arrow" for rs in snap.state["runs"].values() for r in rs}
+        on_disk = {name for p in fs.list_dir(layout.program_dir("columns"))
+                   for name in fs.list_dir(fs.join(layout.program_dir("columns"), p))}
+        assert named and on_disk == named, (stage, logs)

@@ -93,6 +93,19 @@ def kill_at_each(home: Path, points: list[str], pipeline: str) -> list[str]:
     return logs
 
 
+def run_here(home: Path, pipeline: str, spark, flows: tuple[str, ...],
+             states: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """Run ``pipeline`` over ``home`` in this process until idle (after crashes: recover
+    and finish), check that no commit is left unapplied, and return its ``flows`` by epoch
+    (:func:`flow_epochs`) and the sorted record reprs of the ``states``' state."""
+    mod = importlib.import_module(pipeline)
+    with Controller(home, mod.build_dataflow(), spark=spark, num_partitions=2) as c:
+        c.run()
+        assert not c.catalog.unapplied()
+        return flow_epochs(c, flows), {s: sorted(map(repr, c.state_records(s)))
+                                       for s in states}
+
+
 def flow_epochs(controller: Controller, flows: tuple[str, ...]) -> dict[str, dict[int, list]]:
     """Every stored increment of ``flows``, by epoch, as sorted record reprs: two runs'
     results compare equal when they wrote the same records in the same epochs."""

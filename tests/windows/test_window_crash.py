@@ -8,12 +8,11 @@ commit before the catalog applied it. This process finishes the run."""
 
 from __future__ import annotations
 
-from strata.controller import Controller
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 from tests.recovery import window_pipeline
-from tests.recovery.harness import flow_epochs, ingest_all, kill_at_each
+from tests.recovery.harness import ingest_all, kill_at_each, run_here
 
 PIPELINE = "tests.recovery.window_pipeline"
 POINTS = ["windows-after-cells:2", "before-manifest:2", "between-manifest-and-current:1",
@@ -24,21 +23,15 @@ FLOWS = ("w_windows", "w_c2")
 def test_kill_9_inside_window_epochs(spark, tmp_path):
     clean = tmp_path / "clean"
     ingest_all(clean, PIPELINE)
-    with Controller(clean, window_pipeline.build_dataflow(), spark=spark,
-                    num_partitions=2) as c:
-        c.run()
-        want = flow_epochs(c, FLOWS)
+    want, _ = run_here(clean, PIPELINE, spark, FLOWS)
     assert sum(len(v) for v in want.values()) >= 2 * window_pipeline.EPOCHS
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
     logs = kill_at_each(home, POINTS, PIPELINE)
-    with Controller(home, window_pipeline.build_dataflow(), spark=spark,
-                    num_partitions=2) as c:
-        c.run()
-        assert not c.catalog.unapplied()
-        assert flow_epochs(c, FLOWS) == want, logs
-        layout = Home(c.home).stage("w")
-        snap = StateDir(layout).current()
-        named = {*snap.state["cell_files"], *snap.state["result_files"]}
-        assert named, logs
-        assert set(fs.list_dir(layout.program_dir("windows"))) == named, logs
+    got, _ = run_here(home, PIPELINE, spark, FLOWS)
+    assert got == want, logs
+    layout = Home(home).stage("w")
+    snap = StateDir(layout).current()
+    named = {*snap.state["cell_files"], *snap.state["result_files"]}
+    assert named, logs
+    assert set(fs.list_dir(layout.program_dir("windows"))) == named, logs
