@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from strata.model.errors import StrataError
+from strata.queries import driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
@@ -261,7 +262,8 @@ class Evaluator:
         node = plan.node
         h = lift(plan, d)
         outputs = [n for n, _ in node.outputs]
-        if self._deferred:  # only the groups this step touches
+        if self._deferred:  # only the groups this step touches, found by the held ``h``
+            h = cut(h)[0]
             state = self.tables.lookup(plan.name, h.select("_g"))
         else:
             state = self.tables.read(plan.name)
@@ -289,7 +291,7 @@ class Evaluator:
         m = cut(m)[0] if self._deferred else self.materialize(m)
         state_cols = ["_g", *[p.name for p in plan.parts], *outputs, "_keep"]
         if self._deferred:
-            self.tables.upsert(plan.name, m.select(*state_cols), F.col("_cnt") != 0)
+            self.tables.upsert(plan.name, driver_rows.select(m, state_cols), count="_cnt")
         else:
             self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],
                               "replace")

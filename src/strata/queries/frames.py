@@ -17,6 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
 from strata.physical.session import is_connect
+from strata.queries import driver_rows
 from strata.storage import fs
 
 DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritten table up
@@ -45,7 +46,7 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
         return df, rows
     table = df.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
     if table.num_rows <= DRIVER_ROWS:
-        return df.sparkSession.createDataFrame(table, schema=df.schema), table.num_rows
+        return driver_rows.from_arrow(df.sparkSession, table, df.schema), table.num_rows
     return df.localCheckpoint(eager=True), None
 
 
@@ -57,6 +58,9 @@ def local_rows(df: DataFrame) -> int | None:
     read instead, which knows the rows of a local relation it sent (and that a
     projection or filter of no rows has none); anything else is None (not known),
     which costs the optimizations that use it, not correctness."""
+    table = driver_rows.held(df)
+    if table is not None:
+        return table.num_rows
     if is_connect(df.sparkSession):
         return _connect_local_rows(df)
     plan = df._jdf.queryExecution().optimizedPlan()

@@ -28,12 +28,14 @@ Iteration inputs must be insert-only.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from strata.queries import driver_rows
 from strata.queries.algebra import GroupBy, Map, Query, Scan
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError, QueryError
@@ -43,6 +45,7 @@ from strata.queries.frames import cut
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.program import QueryProgram, output_ddl
 from strata.queries.sql import parse_sql
+from strata.queries.tables import QueryTables
 
 log = logging.getLogger(__name__)
 ITERATE = "iterate"  # the table holding the iterate's current value
@@ -167,32 +170,35 @@ class IterationProgram(QueryProgram):
         known = tables.lookup(ITERATE, fresh.select("_g"))
         if known is not None:
             fresh = fresh.join(known.select("_g"), "_g", "left_anti")
-        tables.upsert(ITERATE, fresh, F.lit(True))
-        dx = self._signed(tables.overlay[ITERATE].drop("_live"), 1)
+        tables.upsert(ITERATE, fresh)
+        dx = self._signed(self._overlay(tables), 1)
         carried = tables.read(PENDING)
         if carried is not None:  # what the last step of the previous epoch moved
             dx = dx.unionByName(carried)
         for i in range(it.times):
+            began = time.perf_counter()
             run.step({it.name: dx}, only=None if i == 0 else it.name)
             dy = run.changes(self.inc.root)
             new = self._keyed(dy.where(f"{MULT} > 0"))
             old = tables.lookup(ITERATE, new.select("_g"))
             if old is None:
-                moved, retract = new, None
+                moved, retract = cut(new)[0], None
             else:
                 n, o = new.alias("n"), old.alias("o")
                 j = n.join(o, F.col("n._g") == F.col("o._g"), "left")
                 j = j.where(F.col("o._g").isNull() | self._differs("n", "o"))
                 j = cut(j.select(F.struct("n.*").alias("n"), F.struct("o.*").alias("o"),
                                  F.col("o._g").isNotNull().alias("had")))[0]
-                moved = j.select("n.*")
-                retract = j.where("had").select("o.*")
-            moved = cut(moved)[0]
-            tables.upsert(ITERATE, moved, F.lit(True))
-            dx = self._signed(moved, 1)
+                moved = cut(driver_rows.fields_of(j, "n"))[0]
+                retract = driver_rows.fields_of(j, "o", where="had")
+            tables.upsert(ITERATE, moved)
+            parts = [self._signed(moved, 1)]
             if retract is not None:
-                dx = dx.unionByName(self._signed(retract, -1))
-            dx, rows = cut(dx)
+                parts.append(self._signed(retract, -1))
+            dx, rows = cut(driver_rows.union(parts))
+            secs = time.perf_counter() - began
+            log.debug("iterate %s: step %d moved %s rows in %.3f s", it.name, i + 1,
+                      "?" if rows is None else rows, secs, extra={"step_seconds": secs})
             if rows == 0 or rows is None and dx.isEmpty():
                 log.debug("iterate %s: nothing moved after step %d", it.name, i + 1)
                 break
@@ -212,8 +218,13 @@ class IterationProgram(QueryProgram):
                          F.lit(True).alias("_keep"))
 
     def _signed(self, rows: DataFrame, sign: int) -> DataFrame:
-        return rows.select(*[F.col(f"`{c}`") for c in self.it.columns],
-                           F.lit(sign).cast("bigint").alias(MULT))
+        return driver_rows.select(rows, list(self.it.columns), {MULT: sign})
+
+    @staticmethod
+    def _overlay(tables: QueryTables) -> DataFrame:
+        """The iterate's rows upserted this epoch (without the ``_live`` flag)."""
+        over = tables.overlay[ITERATE]
+        return driver_rows.select(over, [c for c in over.columns if c != "_live"])
 
     def _differs(self, a: str, b: str, exact: bool = False) -> Column:
         """Row ``a`` differs from row ``b`` by more than the tolerance in some column."""
@@ -230,7 +241,7 @@ class IterationProgram(QueryProgram):
 
     def _epoch_changes(self, run: Evaluator) -> DataFrame:
         """The iterate's changes over the whole epoch: the keys it moved, old out, new in."""
-        over = run.tables.overlay[ITERATE].drop("_live")
+        over = self._overlay(run.tables)
         base = run.tables.read(ITERATE)
         if base is None:
             return self._signed(over, 1)

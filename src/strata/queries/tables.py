@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from strata.model.errors import StrataError
 from strata.physical.session import default_parallelism, is_connect
-from strata.queries import frames
+from strata.queries import driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -211,13 +211,16 @@ class QueryTables:
             found = mine if found is None else found.unionByName(mine)
         return found
 
-    def upsert(self, name: str, rows: DataFrame, live: Column) -> None:
-        """Override keyed table ``name``'s rows with ``rows`` until :meth:`flush`; rows
-        where ``live`` is false delete their key."""
-        rows = rows.withColumn("_live", live)
+    def upsert(self, name: str, rows: DataFrame, count: str | None = None) -> None:
+        """Override keyed table ``name``'s rows with ``rows`` (one per ``_g``) until
+        :meth:`flush_overlays`; a row whose column ``count`` is 0 deletes its key (with
+        no ``count`` every row is live). Rows the driver holds are merged there."""
+        rows = driver_rows.with_live(rows, count)
         over = self.overlay.get(name)
         if over is not None:
-            rows = over.join(rows.select("_g"), "_g", "left_anti").unionByName(rows)
+            merged = driver_rows.replace_by_key(over, rows, "_g")
+            rows = merged if merged is not None else over.join(
+                rows.select("_g"), "_g", "left_anti").unionByName(rows)
         self.overlay[name] = cut(rows)[0]  # cuts the steps' lineage
 
     def current(self, name: str) -> DataFrame | None:

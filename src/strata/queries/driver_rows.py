@@ -1,0 +1,126 @@
+"""Rows the driver holds as Arrow behind a DataFrame, combined without Spark jobs.
+
+An iteration's steps pass small tables from one to the next: what a group-by merged,
+the overlay of upserted keys, the iterate's change. :func:`~strata.queries.frames.cut`
+brings such a table to the driver once; its DataFrame is then a local relation that
+Spark plans around without a job, and this module remembers the Arrow table behind it.
+Projections, unions and keyed replacements of held tables run here in Arrow, where a
+Spark job would cost a tenth of a second or more of fixed work each, several times per
+step (docs/performance.md, "Iteration steps"). Anything not held falls back to the
+DataFrame operation, so callers need not know which they got.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+_HELD: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
+
+
+def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """A local DataFrame of ``table`` (whose columns are ``schema``'s), remembered as held."""
+    df = spark.createDataFrame(table, schema=schema)
+    _HELD[df] = table
+    return df
+
+
+def held(df: DataFrame) -> pa.Table | None:
+    """The Arrow rows behind ``df`` if it was made by :func:`from_arrow`, else None."""
+    return _HELD.get(df)
+
+
+def select(df: DataFrame, columns: Sequence[str],
+           constants: Mapping[str, int] | None = None) -> DataFrame:
+    """``df``'s ``columns``, then a bigint column per ``constants`` entry."""
+    constants = dict(constants or {})
+    table = held(df)
+    if table is None:
+        return df.select(*[F.col(f"`{c}`") for c in columns],
+                         *[F.lit(v).cast("bigint").alias(n) for n, v in constants.items()])
+    fields = {f.name: f for f in df.schema.fields}
+    out = table.select(list(columns))
+    for name, value in constants.items():
+        out = out.append_column(pa.field(name, pa.int64()),
+                                pa.repeat(pa.scalar(value, pa.int64()), out.num_rows))
+    schema = StructType([*(fields[c] for c in columns),
+                         *(StructField(n, LongType(), False) for n in constants)])
+    return from_arrow(df.sparkSession, out, schema)
+
+
+def union(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of all ``frames`` (by column name, as ``unionByName``)."""
+    tables = [held(f) for f in frames]
+    if len(frames) > 1 and all(t is not None for t in tables):
+        names = frames[0].columns
+        first = tables[0].select(names)  # type: ignore[union-attr]
+        out = pa.concat_tables([first, *(t.select(names).cast(first.schema)  # type: ignore[union-attr]
+                                         for t in tables[1:])])
+        return from_arrow(frames[0].sparkSession, out, frames[0].schema)
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def fields_of(df: DataFrame, column: str, where: str | None = None) -> DataFrame:
+    """The fields of struct ``column`` as columns (``select("column.*")``), of the rows
+    where boolean column ``where`` is true if it is given."""
+    table = held(df)
+    if table is None:
+        return (df.where(F.col(f"`{where}`")) if where else df).select(f"`{column}`.*")
+    if where:
+        table = table.filter(table.column(where))
+    schema = df.schema[column].dataType
+    assert isinstance(schema, StructType)
+    rows = pa.Table.from_struct_array(table.column(column).combine_chunks())
+    return from_arrow(df.sparkSession, rows, schema)
+
+
+def with_live(df: DataFrame, count: str | None, name: str = "_live") -> DataFrame:
+    """``df`` with a boolean column ``name``: whether column ``count`` is not 0 (null
+    where it is null), or true for every row if ``count`` is None."""
+    table = held(df)
+    if table is None:
+        return df.withColumn(name, F.col(f"`{count}`") != 0 if count else F.lit(True))
+    live = (pc.not_equal(table.column(count), 0) if count
+            else pa.repeat(pa.scalar(True), table.num_rows))
+    schema = StructType([*df.schema.fields, StructField(name, BooleanType())])
+    return from_arrow(df.sparkSession, table.append_column(name, live), schema)
+
+
+def _groupable(t: pa.DataType) -> bool:
+    """Whether Arrow groups a key field of type ``t`` as Spark compares it in a join
+    (floats are not: Spark equates -0.0 with 0.0 and NaN with NaN)."""
+    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+
+
+def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None:
+    """Keyed rows: ``old``'s rows whose struct column ``key`` is not in ``new``, then
+    ``new``'s rows, computed in Arrow (both have one row per key); None unless both are
+    held, have the same columns and ``key``'s fields are all of groupable types."""
+    a, b = held(old), held(new)
+    if a is None or b is None or old.columns != new.columns or a.schema.types != b.schema.types:
+        return None
+    key_type = a.schema.field(key).type
+    if not pa.types.is_struct(key_type) or not all(
+            _groupable(key_type.field(i).type) for i in range(key_type.num_fields)):
+        return None
+    both = pa.concat_tables([a, b.cast(a.schema)]).combine_chunks()
+    schema = StructType([StructField(f.name, f.dataType, f.nullable or g.nullable)
+                         for f, g in zip(old.schema.fields, new.schema.fields, strict=True)])
+    keys = both.column(key).chunk(0) if both.num_rows else pa.array([], key_type)
+    index = pa.table({**{f"k{i}": pc.struct_field(keys, [i]) for i in range(key_type.num_fields)},
+                      "i": pa.array(range(both.num_rows), pa.int64())})
+    last = index.group_by([f"k{i}" for i in range(key_type.num_fields)],
+                          use_threads=False).aggregate([("i", "max")]).column("i_max")
+    keep = pc.take(last, pc.sort_indices(last))  # the rows kept, in their order
+    return from_arrow(old.sparkSession, both.take(keep), schema)
