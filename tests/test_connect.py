@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
@@ -286,23 +287,33 @@ def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, t
     assert _answer(shown, ["x", "y", "_mult"]) == [(0, 0, 1), (1, 10, 1), (2, 20, 1)]
 
 
+def _run_on_both(connect_url: str, pipeline: Path, flow: str, batches: list[list[dict]],
+                 folder: Path) -> Iterator[tuple[Path, Path]]:
+    """Run ``pipeline`` in two homes, over Connect and on the classic session, one batch
+    of rows of ``flow`` at a time; yields both homes after each batch's runs."""
+    remote, classic = folder / "remote", folder / "classic"
+    for home in (remote, classic):
+        strata_here("run", pipeline, "--home", home)
+    for d, rows in enumerate(batches):
+        path = folder / f"{flow}-{d}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for home in (remote, classic):
+            strata_here("ingest", flow, path, "--home", home)
+        strata("run", pipeline, "--home", remote, "--remote", connect_url)
+        strata_here("run", pipeline, "--home", classic)
+        yield remote, classic
+
+
 def test_a_vectorized_stage_runs_over_spark_connect_like_on_classic_spark(connect_url,
                                                                            tmp_path):
     """Vectorized stages take the DataFrame route (mapInArrow), so unlike per-group
     translate stages they run over Connect; the function is shipped from the pipeline
     file, and counts and state equal the classic run's and the words' own counts."""
-    remote, classic = tmp_path / "remote", tmp_path / "classic"
     days = [[f"https://s{i % 3}.example.com/{i % 7}" for i in range(d, 40 + d)]
             for d in range(2)]
-    for home in (remote, classic):
-        strata_here("run", VECTORIZED_PIPELINE, "--home", home)
-    for d, urls in enumerate(days):
-        path = tmp_path / f"day-{d}.jsonl"
-        path.write_text("".join(json.dumps({"url": u}) + "\n" for u in urls))
-        for home in (remote, classic):
-            strata_here("ingest", "urls", path, "--home", home)
-        strata("run", VECTORIZED_PIPELINE, "--home", remote, "--remote", connect_url)
-        strata_here("run", VECTORIZED_PIPELINE, "--home", classic)
+    remote, classic = list(_run_on_both(connect_url, VECTORIZED_PIPELINE, "urls",
+                                        [[{"url": u} for u in urls] for urls in days],
+                                        tmp_path))[-1]
     states = [sorted(_answer(strata_here("show", "count.state", "--home", home, "--format",
                                          "jsonl"), ["url", "count"]))
               for home in (remote, classic)]
@@ -316,20 +327,13 @@ def test_an_iteration_runs_over_spark_connect_like_on_classic_spark(connect_url,
     """An iteration's steps combine the tables the driver holds in Arrow (overlays, the
     iterate's changes); over Connect those are local relations sent to the server. The
     ranks equal the classic run's after each increment."""
-    remote, classic = tmp_path / "remote", tmp_path / "classic"
     links = [[(1, 2), (2, 3), (3, 1), (3, 4), (4, 1)], [(4, 5), (5, 1), (2, 5)]]
-    for home in (remote, classic):
-        strata_here("run", PAGERANK_PIPELINE, "--home", home)
-    for d, batch in enumerate(links):
-        path = tmp_path / f"links-{d}.jsonl"
-        path.write_text("".join(json.dumps({"src": s, "dst": t}) + "\n" for s, t in batch))
-        for home in (remote, classic):
-            strata_here("ingest", "edges", path, "--home", home)
-        strata("run", PAGERANK_PIPELINE, "--home", remote, "--remote", connect_url)
-        strata_here("run", PAGERANK_PIPELINE, "--home", classic)
+    batches = [[{"src": s, "dst": t} for s, t in b] for b in links]
+    for d, homes in enumerate(_run_on_both(connect_url, PAGERANK_PIPELINE, "edges", batches,
+                                           tmp_path)):
         ranks = [dict(_answer(strata_here("show", "pagerank", "--home", home, "--format",
                                           "jsonl"), ["node", "rank"]))
-                 for home in (remote, classic)]
+                 for home in homes]
         assert set(ranks[0]) == set(ranks[1]) == {s for b in links[: d + 1] for s, _ in b}
         assert all(abs(ranks[0][n] - ranks[1][n]) < 1e-12 for n in ranks[0]), ranks
         assert len(set(ranks[0].values())) > 1  # the steps moved the ranks
