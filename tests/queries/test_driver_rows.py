@@ -81,3 +81,13 @@ def test_float_keys_are_left_to_spark(spark):
     t = pa.table({"_g": pa.array([{"f": -0.0}]), "v": [1]})
     df = driver_rows.from_arrow(spark, t, spark.createDataFrame(t).schema)
     assert driver_rows.replace_by_key(df, df, "_g") is None
+
+
+def test_a_union_keeps_the_nulls_of_any_held_frame(spark):
+    """The first frame's column may be declared non-nullable; a later one's nulls stay."""
+    first = cut(spark.range(2).selectExpr("id", "1L AS c"))[0]
+    assert not first.schema["c"].nullable
+    later = cut(spark.createDataFrame([(5, None)], "id bigint, c bigint"))[0]
+    both = driver_rows.union([first, later])
+    assert driver_rows.held(both) is not None and both.schema["c"].nullable
+    assert sorted(tuple(r) for r in both.where("c IS NULL").collect()) == [(5, None)]

@@ -56,13 +56,15 @@ def select(df: DataFrame, columns: Sequence[str],
 
 def union(frames: Sequence[DataFrame]) -> DataFrame:
     """The rows of all ``frames`` (by column name, as ``unionByName``)."""
-    tables = [held(f) for f in frames]
-    if len(frames) > 1 and all(t is not None for t in tables):
-        names = frames[0].columns
-        first = tables[0].select(names)  # type: ignore[union-attr]
-        out = pa.concat_tables([first, *(t.select(names).cast(first.schema)  # type: ignore[union-attr]
-                                         for t in tables[1:])])
-        return from_arrow(frames[0].sparkSession, out, frames[0].schema)
+    held_tables = [held(f) for f in frames]
+    tables = [t for t in held_tables if t is not None]
+    names = frames[0].columns
+    if len(frames) > 1 and len(tables) == len(frames) and \
+            len({tuple(t.select(names).schema.types) for t in tables}) == 1:
+        schema = _nullable(tables[0].select(names).schema)
+        out = pa.concat_tables([t.select(names).cast(schema) for t in tables])
+        schemas = [StructType([f.schema[c] for c in names]) for f in frames]
+        return from_arrow(frames[0].sparkSession, out, _loosest(schemas))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
@@ -114,13 +116,25 @@ def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None
     if not pa.types.is_struct(key_type) or not all(
             _groupable(key_type.field(i).type) for i in range(key_type.num_fields)):
         return None
-    both = pa.concat_tables([a, b.cast(a.schema)]).combine_chunks()
-    schema = StructType([StructField(f.name, f.dataType, f.nullable or g.nullable)
-                         for f, g in zip(old.schema.fields, new.schema.fields, strict=True)])
+    both = pa.concat_tables([a.cast(_nullable(a.schema)),
+                             b.cast(_nullable(a.schema))]).combine_chunks()
     keys = both.column(key).chunk(0) if both.num_rows else pa.array([], key_type)
     index = pa.table({**{f"k{i}": pc.struct_field(keys, [i]) for i in range(key_type.num_fields)},
                       "i": pa.array(range(both.num_rows), pa.int64())})
     last = index.group_by([f"k{i}" for i in range(key_type.num_fields)],
                           use_threads=False).aggregate([("i", "max")]).column("i_max")
     keep = pc.take(last, pc.sort_indices(last))  # the rows kept, in their order
-    return from_arrow(old.sparkSession, both.take(keep), schema)
+    return from_arrow(old.sparkSession, both.take(keep), _loosest([old.schema, new.schema]))
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every column nullable (top level: tables of one query's rows
+    differ only there)."""
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def _loosest(schemas: Sequence[StructType]) -> StructType:
+    """The first schema, each column nullable if it is in any of ``schemas`` (same
+    columns by position)."""
+    return StructType([StructField(f[0].name, f[0].dataType, any(g.nullable for g in f))
+                       for f in zip(*(s.fields for s in schemas), strict=True)])
