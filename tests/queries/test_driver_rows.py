@@ -74,6 +74,11 @@ def test_cut_holds_what_it_brings_to_the_driver(spark):
     held, rows = cut(df)
     assert rows == 5 and driver_rows.held(held).num_rows == 5
     assert local_rows(held) == 5
+    projected = held.where("v > 2").select("_g")  # a local relation, not held itself
+    again, rows = cut(projected)
+    assert again is projected and rows == 3  # found local by the optimizer: no job
+    empty, rows = cut(held.where("v < 0"))
+    assert rows == 0 and empty.count() == 0
 
 
 def test_float_keys_are_left_to_spark(spark):

@@ -41,13 +41,34 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
     as Arrow and go back as a local DataFrame: one small job, and the plans built on it stay
     shallow and cheap to schedule however many steps run. More rows are checkpointed on the
     executors instead."""
-    rows = local_rows(df)
+    table = driver_rows.held(df)
+    if table is not None:
+        return df, table.num_rows
+    limited = df.coalesce(1).limit(DRIVER_ROWS + 1)
+    if is_connect(df.sparkSession):
+        rows = local_rows(df)
+    else:
+        rows = _local_under_limit(limited)
+        if rows is not None and rows > DRIVER_ROWS:  # the limit may be folded into it
+            rows = local_rows(df)
     if rows is not None:
         return df, rows
-    table = df.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+    table = limited.toArrow()
     if table.num_rows <= DRIVER_ROWS:
         return driver_rows.from_arrow(df.sparkSession, table, df.schema), table.num_rows
     return df.localCheckpoint(eager=True), None
+
+
+def _local_under_limit(limited: DataFrame) -> int | None:
+    """The rows of the local relation under ``limited``'s limit and coalesce, if Spark's
+    optimizer makes it one; else None. On classic Spark a cut optimizes the plan it
+    then runs this way once, where asking :func:`local_rows` first optimized it twice."""
+    plan = limited._jdf.queryExecution().optimizedPlan()
+    while plan.getClass().getSimpleName() in ("GlobalLimit", "LocalLimit", "Repartition"):
+        plan = plan.child()
+    if plan.getClass().getSimpleName() == "LocalRelation":
+        return plan.data().size()
+    return None
 
 
 def local_rows(df: DataFrame) -> int | None:
