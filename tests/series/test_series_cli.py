@@ -55,6 +55,24 @@ def test_series_from_the_cli(spark, tmp_path):
     daily = ok("series", "show", "daily", "--home", home, "--format", "jsonl").stdout
     assert canon([json.loads(line) for line in daily.splitlines()]) == canon(
         duckdb_answer(DAILY, {"log": range(4, 5)}, segments))
+    # ad hoc: last2's stored partials where the query matches them, raw segments else
+    asked = json.loads(ok("series", "query", WEEKLY, "--newest", 4, "--home", home,
+                          "--json").stdout)
+    assert asked["stream"] == "log" and asked["columns"] == ["A", "B", "hits"]
+    assert canon(asked["records"]) == canon(duckdb_answer(WEEKLY, {"log": range(4, 5)},
+                                                          segments))
+    assert asked["sources"] == [f"view {asked['sources'][0].split()[1]} (partial) of "
+                                "segments 4: stored view"]
+    other = "SELECT C, max(B) AS top FROM log GROUP BY C"
+    table = ok("series", "query", other, "--home", home).stdout
+    assert "ad hoc query over log" in table and "segments 4: raw segment" in table
+    gone = invoke("series", "query", other, "--table", "log=log[-1:0]", "--home", home)
+    assert gone.exit_code == 1 and "segment 3 of 'log' is no longer kept" in gone.output
+    lines = ok("series", "query", other, "--home", home, "--format", "jsonl").stdout
+    assert canon([json.loads(line) for line in lines.splitlines()]) == canon(
+        duckdb_answer(other, {"log": range(4, 5)}, segments))
+    unread = invoke("series", "query", other, "--newest", 9, "--home", home)
+    assert unread.exit_code == 1 and "segment 9 of 'log' has not been read" in unread.output
     explained = ok("series", "explain", "last2", "--home", home).stdout
     assert "merge (⊗) the 2 partial(s)" in explained
     assert "plan at segment 4: views (forced by the series)" in explained

@@ -511,26 +511,31 @@ def show(
         from strata.controller.inspection import open_home, read_records_of
 
         title, recs = read_records_of(open_home(_home_path(home)), flow, epoch, all_)
-        if fmt == "jsonl":
-            out = sys.stdout
-            for rec in recs if limit is None else recs[:limit]:
-                out.write(output.dumps(rec) + "\n")
-            out.flush()
-            return
-        shown = recs[: 50 if limit is None else limit]
-        table = Table(title=f"{title}: {len(recs):,} record{'s' if len(recs) != 1 else ''}",
-                      title_justify="left")
-        columns: list[str] = []
-        for rec in shown:
-            columns += [c for c in rec if c not in columns]
-        for c in columns:
-            table.add_column(c, overflow="fold")
-        for rec in shown:
-            table.add_row(*[output.cell(rec.get(c)) for c in columns])
-        console = output.out()
-        console.print(table)
-        if len(recs) > len(shown):
-            console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
+        print_records(title, recs, fmt, limit)
+
+
+def print_records(title: str, recs: list[dict], fmt: str, limit: int | None) -> None:
+    """Records as a table (at most 50 unless ``limit``) or as JSON lines (``jsonl``)."""
+    if fmt == "jsonl":
+        out = sys.stdout
+        for rec in recs if limit is None else recs[:limit]:
+            out.write(output.dumps(rec) + "\n")
+        out.flush()
+        return
+    shown = recs[: 50 if limit is None else limit]
+    table = Table(title=f"{title}: {len(recs):,} record{'s' if len(recs) != 1 else ''}",
+                  title_justify="left")
+    columns: list[str] = []
+    for rec in shown:
+        columns += [c for c in rec if c not in columns]
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for rec in shown:
+        table.add_row(*[output.cell(rec.get(c)) for c in columns])
+    console = output.out()
+    console.print(table)
+    if len(recs) > len(shown):
+        console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
 
 
 @app.command()

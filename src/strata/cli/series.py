@@ -11,7 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.cli import output
-from strata.cli.commands import HomeOption, JsonOption, _catalog, _existing_home, show
+from strata.cli.commands import (
+    HomeOption,
+    JsonOption,
+    _catalog,
+    _existing_home,
+    print_records,
+    show,
+)
 from strata.model.errors import StrataError
 from strata.storage.home import Home
 
@@ -56,13 +63,7 @@ def add(
     from strata.series import Series, registry
 
     with output.reported():
-        tables = {}
-        for t in table or []:
-            key, _, spec = t.partition("=")
-            if not key or not spec:
-                raise StrataError(f"--table {t!r}: write TABLE=STREAM, TABLE=STREAM[-1] or "
-                                  "TABLE=STREAM[-6:0]")
-            tables[key.strip()] = spec.strip()
+        tables = _bindings(table)
         new = Series(name, sql, tables, period, plan)
         with _catalog(_existing_home(home)) as catalog:
             stream = registry.stream_of(new, list(catalog.flows()))
@@ -165,6 +166,72 @@ def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
             registry.register(catalog, program.stream,
                               [s for s in program.series if s.name != name])
         output.out().print(f"dropped series [bold]{escape(name)}[/]")
+
+
+@app.command("query")
+def query(
+    sql: Annotated[str, typer.Argument(metavar="SQL", show_default=False,
+                                       help="A SELECT over the stream's tables.")],
+    home: HomeOption,
+    table: Annotated[list[str] | None, typer.Option(
+        "--table", metavar="TABLE=STREAM[A:B]",
+        help="Bind a table of the query to segments, as for `series add` (an unbound "
+             "table is the newest segment of the flow of its name).")] = None,
+    newest: Annotated[int | None, typer.Option(
+        min=1, help="The window's newest segment (default: the last one the stream's "
+                    "series stage read).")] = None,
+    master: Annotated[str | None, typer.Option(
+        help="Spark master URL (default: $STRATA_MASTER, else local[*]).")] = None,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="sc://HOST:PORT",
+        help="Run over a Spark Connect server instead (default: $STRATA_REMOTE unless "
+             "--master is given).")] = None,
+    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
+        "--format", help="A table, or one JSON record per line.")] = "table",
+    limit: Annotated[int | None, typer.Option(
+        min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")
+                     ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Answer a one-off query over a stream's segments, reading the per-segment views its
+    series keep where they match and the kept raw segments otherwise (and say which)."""
+    from strata.physical.session import get_spark
+    from strata.series import Series, registry
+    from strata.series.adhoc import ad_hoc
+
+    with output.reported():
+        tables = _bindings(table)
+        root = _existing_home(home)
+        with _catalog(root) as catalog:
+            stream = registry.stream_of(Series("ad hoc", sql, tables), list(catalog.flows()))
+        spark = get_spark(master, remote=remote)
+        answer, sources = ad_hoc(root, spark, stream, sql, tables, newest)
+        try:
+            recs = [r.asDict(recursive=True) for r in answer.collect()]
+        except Exception as e:
+            if not type(e).__module__.startswith(("pyspark", "py4j")):
+                raise
+            raise StrataError(f"ad hoc query over {stream!r}: Spark failed: "
+                              f"{output.spark_failure(e)}") from None
+        if json_out:
+            typer.echo(output.dumps({"stream": stream, "sources": sources,
+                                     "columns": answer.columns, "records": recs}))
+            return
+        print_records(f"ad hoc query over {stream}", recs, fmt, limit)
+        if fmt == "table":
+            output.out().print(Text("\n".join(sources)))
+
+
+def _bindings(table: list[str] | None) -> dict[str, str]:
+    """``--table TABLE=STREAM[A:B]`` options as a mapping."""
+    tables = {}
+    for t in table or []:
+        key, _, spec = t.partition("=")
+        if not key or not spec:
+            raise StrataError(f"--table {t!r}: write TABLE=STREAM, TABLE=STREAM[-1] or "
+                              "TABLE=STREAM[-6:0]")
+        tables[key.strip()] = spec.strip()
+    return tables
 
 
 def _columns(catalog, stream: str) -> dict[str, str]:

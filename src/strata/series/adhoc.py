@@ -56,6 +56,9 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
     kept = min(int(row.runnable_state or 0), len(queued))
     raw = {snap.epoch - kept + 1 + i: q.increment for i, q in enumerate(queued[:kept])}
     plan = plan_of(Series("ad hoc", sql, dict(tables or {})), stream, program.columns)
+    if snap.epoch == 0:
+        raise StrataError(f"the series stage of {stream!r} has read no segment yet: "
+                          "`strata run PIPELINE --home HOME` reads the stored ones")
     if not 1 <= n <= snap.epoch:
         raise StrataError(f"segment {n} of {stream!r} has not been read (segments 1–"
                           f"{snap.epoch})")
