@@ -81,6 +81,18 @@ def test_sliding_reads_each_new_increment_with_the_last_kept_ones():
     assert c.reads == {"log": 3} and c.removes == {"log": 1}
 
 
+def test_sliding_reads_corrections_only_when_no_new_increment_waits():
+    rule = pickle.loads(pickle.dumps(sliding("log", keep=1, side="fix")))
+    c = decide(view("series", {"log": ["s1", "s2"], "fix": ["f1"]}, rule=rule, state=1))
+    assert c.reads == {"log": 2} and c.removes == {"log": 1}  # the new segment first
+    c = decide(view("series", {"log": ["s2"], "fix": ["f1", "f2"]}, rule=rule, state=1))
+    assert c.reads == {"log": 1, "fix": 2} and c.removes == {"fix": 2}
+    assert c.runnable_state == 1  # the kept segment stays kept
+    assert decide(view("series", {"log": ["s2"], "fix": []}, rule=rule, state=1)) is None
+    c = decide(view("series", {"fix": ["f1"]}, rule=rule, state=None))
+    assert c.reads == {"fix": 1}
+
+
 def test_a_failing_or_greedy_runnability_is_reported_by_stage():
     def boom(keys, state):
         raise ValueError("no")

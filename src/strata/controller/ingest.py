@@ -8,6 +8,8 @@ import time
 import uuid
 from collections.abc import Sequence
 
+import pyarrow as pa
+
 from strata.controller.readers import read_source
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
@@ -39,15 +41,22 @@ def ingest(
     try:
         ddl = checked_external_flow(layout, catalog, flow)
         table = read_source(source, to_arrow_schema(ddl), fmt, flow)
-        # under incoming/, named by its writer: a sweep removes it only once that process
-        # is gone without having committed it (see staged_ingest_is_dead)
-        uri = layout.incoming_file(flow, staging_token())
-        inc = Increment((uri,), table.num_rows, write_table(uri, table))
-        crashpoint("ingest-before-commit")
-        return catalog.record_ingest(flow, inc, end_frame)
+        return append_table(layout, catalog, flow, table, end_frame)
     finally:
         if own:
             catalog.close()
+
+
+def append_table(home: Home, catalog: Catalog, flow: str, table: pa.Table,
+                 end_frame: bool = False) -> int:
+    """Append ``table`` (checked against ``flow``'s schema already) as one increment of
+    ``flow``; its ingest number."""
+    # under incoming/, named by its writer: a sweep removes it only once that process
+    # is gone without having committed it (see staged_ingest_is_dead)
+    uri = home.incoming_file(flow, staging_token())
+    inc = Increment((uri,), table.num_rows, write_table(uri, table))
+    crashpoint("ingest-before-commit")
+    return catalog.record_ingest(flow, inc, end_frame)
 
 
 def checked_external_flow(home: Home, catalog: Catalog, flow: str) -> str:

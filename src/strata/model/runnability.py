@@ -103,19 +103,26 @@ def normalize(spec: Mapping[str, int] | set[str] | Sequence[str]) -> dict[str, i
 class sliding:  # noqa: N801  (a rule, named like the functions above)
     """Run once per new increment of ``flow``, reading it together with the ``keep``
     increments read before it, which stay queued (a window of raw segments the stage can
-    go back to); older ones are removed. A class, not a closure, so that a stage using it
-    can be registered compiled (pickled) in a home."""
+    go back to); older ones are removed. With ``side`` (a flow of corrections to what was
+    read), an epoch with no new increment of ``flow`` reads every waiting increment of
+    ``side``, with the kept ones, and removes the side's. A class, not a closure, so that
+    a stage using it can be registered compiled (pickled) in a home."""
 
-    def __init__(self, flow: str, keep: int) -> None:
+    def __init__(self, flow: str, keep: int, side: str | None = None) -> None:
         if keep < 0:
             raise ValueError(f"sliding({flow!r}): keep must be ≥ 0, not {keep}")
-        self.flow, self.keep = flow, keep
-        self.__name__ = self.__qualname__ = f"sliding({flow}, keep={keep})"
+        self.flow, self.keep, self.side = flow, keep, side
+        extra = f", side={side}" if side else ""
+        self.__name__ = self.__qualname__ = f"sliding({flow}, keep={keep}{extra})"
 
     def __call__(self, keys: FramingKeys, state: Any) -> Decision:
         waiting = len(keys.get(self.flow) or [])
         kept = min(state or 0, waiting)  # increments read before and still queued
         if waiting <= kept:
-            return set(), set(), state
+            side: str | None = getattr(self, "side", None)  # pickled before sides: none
+            corrections = len(keys.get(side) or []) if side else 0
+            if side is None or not corrections:
+                return set(), set(), state
+            return {self.flow: kept, side: corrections}, {side: corrections}, kept
         drop = max(0, kept + 1 - self.keep)
         return {self.flow: kept + 1}, ({self.flow: drop} if drop else {}), kept + 1 - drop

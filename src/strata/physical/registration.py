@@ -11,8 +11,8 @@ current one is refused with a message saying to register the stage again.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from strata.model.dataflow import Dataflow, Input, Stage
@@ -32,16 +32,20 @@ class _CompiledStage:
     outputs: dict[str, str]  # flow -> DDL
     program: StageProgram
     runnable: Any
+    sources: dict[str, str] = field(default_factory=dict)  # flow -> DDL, declared if missing
 
 
-def compiled(stage: Stage, description: str) -> RegisteredStage:
-    """``stage`` (which carries a program) as the catalog keeps it."""
+def compiled(stage: Stage, description: str, sources: Mapping[str, str] | None = None
+             ) -> RegisteredStage:
+    """``stage`` (which carries a program) as the catalog keeps it; ``sources`` are
+    external flows it reads that a dataflow it is attached to may not declare (name ->
+    DDL)."""
     program = stage.program
     if not isinstance(program, StageProgram):
         raise StrataError(f"stage {stage.name!r} has no compiled program to register")
     spec = _CompiledStage(tuple(stage.input_names),
                           {f.name: to_ddl(f.schema) for f in stage.outputs},
-                          program, stage.runnable)
+                          program, stage.runnable, dict(sources or {}))
     cls = type(program)
     return RegisteredStage(stage.name, cls.kind, class_path(cls), cls.format_version,
                            pickle.dumps(spec, protocol=5), description)
@@ -66,6 +70,9 @@ def registered_of_kind(stages: Iterable[RegisteredStage], cls: type[P]) -> dict[
 def attach(dataflow: Dataflow, reg: RegisteredStage) -> Stage:
     """Add the registered stage ``reg`` to ``dataflow`` as it was compiled."""
     spec = _load(reg)
+    for flow, ddl in getattr(spec, "sources", {}).items():  # stages pickled before: none
+        if flow not in dataflow.flows:
+            dataflow.source(flow, ddl)
     return dataflow.stage(reg.name, None, program=spec.program,
                           inputs=[Input(f) for f in spec.inputs], outputs=spec.outputs,
                           runnable=spec.runnable)

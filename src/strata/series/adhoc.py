@@ -21,8 +21,9 @@ from strata.queries.tables import QueryTables
 from strata.series import registry
 from strata.series.evaluate import jumbo_branch, occurrence, view_of_segment
 from strata.series.normalize import View
-from strata.series.program import SEGMENT, Series, SeriesProgram, plan_of, view_tables
+from strata.series.program import Series, SeriesProgram, plan_of
 from strata.series.stage import series_stage_name
+from strata.series.stored import SEGMENT, segment_of, view_tables
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -52,16 +53,17 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
     finally:
         catalog.close()
     snap = StateDir(layout.stage(stage)).current()
-    n = snap.epoch if newest is None else newest
+    last = segment_of(snap)
+    n = last if newest is None else newest
     kept = min(int(row.runnable_state or 0), len(queued))
-    raw = {snap.epoch - kept + 1 + i: q.increment for i, q in enumerate(queued[:kept])}
+    raw = program.numbered([q.increment for q in queued[:kept]], last, snap.state)
     plan = plan_of(Series("ad hoc", sql, dict(tables or {})), stream, program.columns)
-    if snap.epoch == 0:
+    if last == 0:
         raise StrataError(f"the series stage of {stream!r} has read no segment yet: "
                           "`strata run PIPELINE --home HOME` reads the stored ones")
-    if not 1 <= n <= snap.epoch:
+    if not 1 <= n <= last:
         raise StrataError(f"segment {n} of {stream!r} has not been read (segments 1–"
-                          f"{snap.epoch})")
+                          f"{last})")
     stored = snap.state.get("views", {}) if snap.state else {}
     store = QueryTables(spark, layout.stage(stage), view_tables(stored), snap.num_partitions or 1,
                         "adhoc", sweep=False)

@@ -23,19 +23,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from strata.faults import crashpoint
-from strata.model.errors import EpochError, StrataError
-from strata.model.schema import parse_ddl
+from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.physical.runner import spark_failure
-from strata.queries.frames import DRIVER_ROWS, run_all, set_confs, write_parquet
+from strata.queries.expressions import MULT
+from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
+from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import choose, updated
 from strata.series.evaluate import (
     jumbo_branch,
@@ -45,14 +44,26 @@ from strata.series.evaluate import (
     view_of_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
+from strata.series.stored import (
+    SEGMENT,
+    SEGMENTS,
+    VIEWS,
+    column_bytes,
+    increment_of,
+    merged,
+    replaced_segments,
+    rows_of,
+    segment_of,
+    spark_schema,
+    view_tables,
+    views_of,
+    write_answer,
+)
 from strata.series.windows import Schedule, Segments
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import Increment, write_table
+from strata.storage.increments import Increment
 from strata.storage.manifest import StateSnapshot
-
-VIEWS = "views"  # the jumbo passes' directory under state/<stage>/ (tables/: the rest)
-SEGMENT = "_s"  # the segment number of a view's rows in its co-located table
 
 
 @dataclass(frozen=True)
@@ -66,11 +77,17 @@ class Series:
     tables: Mapping[str, str]
     period: int = 1
     plan: str = "auto"  # views | raw | auto: the cost model picks (strata.series.cost)
+    # how many of the newest segments a correction may replace and still re-emit this
+    # series' occurrences that read it, as changes (0: corrections never re-emit them)
+    lateness: int = 0
 
     def __post_init__(self) -> None:
         if self.plan not in ("auto", "views", "raw"):
             raise StrataError(f"series {self.name!r}: plan must be auto, views or raw, not "
                               f"{self.plan!r}")
+        if self.lateness < 0:
+            raise StrataError(f"series {self.name!r}: lateness is a number of segments ≥ 0, "
+                              f"not {self.lateness}")
 
     def schedule(self, stream: str, tables: Sequence[str]) -> Schedule:
         runs = {t: Segments.parse(self.tables.get(t, t)) for t in tables}
@@ -123,6 +140,12 @@ class SeriesProgram(StageProgram):
         self._active: dict[str, SeriesPlan] | None = None
         self.plans  # noqa: B018  (parse now: a bad series fails at registration)
 
+    def __setstate__(self, state: dict) -> None:  # series pickled before lateness existed
+        self.__dict__.update(state)
+        self.series = tuple(s if hasattr(s, "lateness") else Series(**{**s.__dict__,
+                                                                       "lateness": 0})
+                            for s in self.series)
+
     def __getstate__(self) -> dict:  # plans key views by node identity: rebuilt on load
         return {**self.__dict__, "_plans": None, "_raw_plans": None, "_active": None}
 
@@ -152,6 +175,14 @@ class SeriesProgram(StageProgram):
                            "forced": s.plan != "auto"}
         return out
 
+    def activate(self, state: Mapping[str, Any] | None) -> dict[str, dict]:
+        """Choose each series' plan from the statistics in ``state`` and run with it (the
+        choices, as :meth:`choices` gives them)."""
+        choices = self.choices((state or {}).get("stats", {}))
+        self._active = {name: self.raw_plans[name] if c["plan"] == "raw" else self.plans[name]
+                        for name, c in choices.items()}
+        return choices
+
     @property
     def active(self) -> dict[str, SeriesPlan]:
         """The plans this epoch runs (all normalized until :meth:`run` chooses)."""
@@ -161,37 +192,56 @@ class SeriesProgram(StageProgram):
         cols = self.plans[name].query.root.columns
         return ", ".join(f"`{c}` {t}" for c, t in cols.items())
 
+    def changes_ddl(self, name: str) -> str:
+        """The flow of a series' re-emitted occurrences: each changed answer row with the
+        occurrence (its newest segment) and its multiplicity (+n inserted, -n retracted)."""
+        return f"`{OCCURRENCE}` bigint, {self.output_ddl(name)}, `{MULT}` bigint"
+
+    @property
+    def lateness(self) -> int:
+        """How far back (in segments) a correction is taken: the largest of the series'."""
+        return max((s.lateness for s in self.series), default=0)
+
     @property
     def keep_segments(self) -> int:
-        """Raw segments kept besides the newest: enough for any registered window."""
-        return max((p.schedule.first - 1 for p in self.plans.values()), default=0)
+        """Raw segments kept besides the newest: enough for any registered window, and
+        for the windows of every occurrence a correction may re-emit."""
+        return max((p.schedule.first - 1 for p in self.plans.values()), default=0) + \
+            self.lateness
+
+    def keeps(self, last_reader: int, n: int) -> bool:
+        """Whether a view whose last reader is the occurrence ``last_reader`` stays stored
+        after segment ``n``: while that occurrence is ahead, or may still be re-emitted."""
+        return last_reader > 0 and last_reader > n - self.lateness
 
     def describe(self) -> str:
         return f"series on {self.stream}: {', '.join(s.name for s in self.series) or 'none'}"
 
     # -- one epoch = one segment --------------------------------------------------------
     def run(self, ctx: EpochContext) -> EpochOutcome:
-        n = ctx.epoch
+        if ctx.inputs.get(corrections_flow(self.stream)):
+            return correct(self, ctx)
+        n = segment_of(ctx.committed) + 1
         raw = ctx.inputs.get(self.stream, ())
         if not raw:
-            raise StrataError(f"series stage {ctx.stage.name!r} epoch {n} was given no segment")
-        segments = {n - len(raw) + 1 + i: inc for i, inc in enumerate(raw)}  # kept + new
-        stored = _views_of(ctx.committed)
+            raise StrataError(f"series stage {ctx.stage.name!r} epoch {ctx.epoch} was given "
+                              "no segment")
+        segments = self.numbered(raw, n, ctx.committed.state)
+        stored = views_of(ctx.committed)
         spark = ctx.spark
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         cached: list[DataFrame] = []
         root = ctx.layout.program_dir(VIEWS)
         stats = ctx.committed.state.get("stats", {}) if ctx.committed.state else {}
-        choices = self.choices(stats)
-        self._active = {name: self.raw_plans[name] if c["plan"] == "raw" else self.plans[name]
-                        for name, c in choices.items()}
+        choices = self.activate(ctx.committed.state)
         try:
             due = [s for s in self.series if self.active[s.name].schedule.due(n)]
             wanted, uses = self._wanted(n, segments, stored, due)
             # the new segment's stored views share one pass; a view read only now is
             # cheaper in memory than written with the others and read back
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
-                     if key[1] == n and jumbo_eligible(v) and self._last_reader(*key) > n]
+                     if key[1] == n and jumbo_eligible(v) and self.keeps(
+                         self._last_reader(*key), n)]
             jumbo = jumbo if len(jumbo) > 1 and self.shared_scan else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
@@ -199,7 +249,7 @@ class SeriesProgram(StageProgram):
             # group key, so that merging a window's views does not shuffle them again
             tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                                  ctx.token)
-            keep = sorted(k for k in fresh if self._last_reader(*k) > n)
+            keep = sorted(k for k in fresh if self.keeps(self._last_reader(*k), n))
             for fp, j in keep:
                 view, frame = fresh[(fp, j)]
                 tables.stage(fp, frame.withColumn(SEGMENT, F.lit(j)),
@@ -208,7 +258,7 @@ class SeriesProgram(StageProgram):
             jumbo_dir = fs.join(root, f"s{n:08d}-{ctx.token}-jumbo")
             if jumbo:
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
-                    else spark.createDataFrame([], _spark_schema(self.columns))
+                    else spark.createDataFrame([], spark_schema(self.columns))
                 pass_ = jumbo_partials([wanted[k] for k in jumbo], segment)
                 writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
@@ -220,14 +270,14 @@ class SeriesProgram(StageProgram):
                          for f in staged.files]  # where commit_files moves them
                 written.setdefault(fp, {})[str(j)] = {
                     "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
-                    "records": _rows(staged.files), "ddl": staged.ddl,
+                    "records": rows_of(staged.files), "ddl": staged.ddl,
                     "bucketed": bool(staged.lineage)}
                 if staged.rows is not None:  # an append small enough for the driver
                     driver_bytes += written[fp][str(j)]["bytes"]
             for i, (fp, j) in enumerate(jumbo):
-                entry = _increment(fs.join(jumbo_dir, f"_b={i}")).to_json()
+                entry = increment_of(fs.join(jumbo_dir, f"_b={i}")).to_json()
                 written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}
-            views = _merged(stored, written)
+            views = merged(stored, written)
             answered, skipped, answers = [], [], []
             driver_answers: set[str] = set()
             for s in due:
@@ -236,9 +286,10 @@ class SeriesProgram(StageProgram):
                     skipped.append(s.name)
                     continue
                 read = functools.partial(self._read_views, spark, tables, views, fresh)
-                answers.append(functools.partial(self._write_answer, ctx, s.name,
-                                                 occurrence(plan, n, read, spark),
-                                                 driver_answers))
+                answers.append(functools.partial(
+                    write_answer, ctx, s.name, self.output_ddl(s.name),
+                    occurrence(plan, n, read, spark), driver_answers,
+                    f"series {s.name!r} could not answer its occurrence at segment {n}"))
                 answered.append(s.name)
             run_all(spark, answers)
             tables.commit_files()
@@ -246,10 +297,11 @@ class SeriesProgram(StageProgram):
             for d in cached:
                 d.unpersist()
             set_confs(spark, previous)
-        outputs = {name: _increment(ctx.output_dir(name)) for name in answered}
-        state = {"segment": n, "views": self._still_read(views, n), "choices": choices,
+        outputs = {name: increment_of(ctx.output_dir(name)) for name in answered}
+        state = {**self.carried(ctx.committed.state, n), "segment": n,
+                 "views": self._still_read(views, n), "choices": choices,
                  "stats": {"columns": updated(stats.get("columns", {}),
-                                              _column_bytes(segments[n])),
+                                              column_bytes(segments[n])),
                            "views": updated(stats.get("views", {}), {
                                fp: e[str(n)]["bytes"] for fp, e in written.items()
                                if str(n) in e and "branch" not in e[str(n)]})}}
@@ -261,6 +313,23 @@ class SeriesProgram(StageProgram):
                        o.bytes for name, o in outputs.items() if name in driver_answers)}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
+    def numbered(self, raw: Sequence[Increment], n: int, state: Mapping[str, Any] | None
+                 ) -> dict[int, Increment]:
+        """The queued raw segments (the kept ones, then the newest, ``n``) by number, with
+        the rows of corrected ones."""
+        segments = {n - len(raw) + 1 + i: inc for i, inc in enumerate(raw)}
+        replaced = replaced_segments(state)
+        return {j: replaced.get(j, inc) for j, inc in segments.items()}
+
+    def carried(self, state: Mapping[str, Any] | None, n: int) -> dict[str, Any]:
+        """What the state keeps about corrections after segment ``n``: the epochs they
+        took, and the corrected raw segments still in the kept window."""
+        state = state or {}
+        oldest = n - self.keep_segments
+        return {"corrections": state.get("corrections", []),
+                "replaced": {j: e for j, e in state.get("replaced", {}).items()
+                             if int(j) >= oldest}}
+
     def _wanted(self, n: int, segments: Mapping[int, Increment],
                 stored: Mapping[str, Mapping[str, dict]], due: Sequence[Series]
                 ) -> tuple[dict[tuple[str, int], View], dict[tuple[str, int], int]]:
@@ -271,7 +340,7 @@ class SeriesProgram(StageProgram):
         uses: dict[tuple[str, int], int] = {}
         for plan in self.active.values():
             for v in plan.view_list():
-                if not plan.raw and plan.schedule.last_reader(n, v.table) > n:
+                if not plan.raw and self.keeps(plan.schedule.last_reader(n, v.table), n):
                     wanted[(v.fingerprint, n)] = v
                     uses[(v.fingerprint, n)] = 1
         for s in due:
@@ -295,7 +364,7 @@ class SeriesProgram(StageProgram):
         for _, j in wanted:
             if j not in scans:
                 scans[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
-                    else ctx.spark.createDataFrame([], _spark_schema(self.columns))
+                    else ctx.spark.createDataFrame([], spark_schema(self.columns))
         frames = {}
         for key, v in wanted.items():
             d = view_of_segment(v, scans[key[1]])
@@ -317,7 +386,7 @@ class SeriesProgram(StageProgram):
         keep: dict[str, dict[str, dict]] = {}
         for fp, by_segment in views.items():
             for j, entry in by_segment.items():
-                if self._last_reader(fp, int(j)) > n:
+                if self.keeps(self._last_reader(fp, int(j)), n):
                     keep.setdefault(fp, {})[j] = entry
         return keep
 
@@ -337,43 +406,29 @@ class SeriesProgram(StageProgram):
         parts += [jumbo_branch(view, e["branch"], spark.read.parquet(*e["files"]))
                   for e in entries.values() if "branch" in e and e["files"]]
         if not parts:
-            empty = spark.createDataFrame([], _spark_schema(self.columns))
+            empty = spark.createDataFrame([], spark_schema(self.columns))
             return view_of_segment(view, empty)
         return functools.reduce(lambda a, b: a.unionByName(b), parts)
-
-    def _write_answer(self, ctx: EpochContext, name: str, out: DataFrame,
-                      by_driver: set[str]) -> None:
-        out_dir = ctx.output_dir(name)
-        schema = parse_ddl(self.output_ddl(name))
-        try:
-            table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
-            if table.num_rows > DRIVER_ROWS:
-                write_parquet(out, out_dir)
-                return
-        except Exception as e:  # bad data in the window: name the series and occurrence
-            raise EpochError(f"series {name!r} could not answer its occurrence at segment "
-                             f"{ctx.epoch}", stage=ctx.stage.name, epoch=ctx.epoch,
-                             flow=name, cause=spark_failure(e)) from e
-        write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(schema))
-        by_driver.add(name)
 
     # -- the committed state, read from files ----------------------------------------------
     @classmethod
     def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
         """One record per stored view of a segment."""
         return [{"view": fp, "segment": int(j), "rows": e["records"], "bytes": e["bytes"]}
-                for fp, by_segment in sorted(_views_of(snap).items())
+                for fp, by_segment in sorted(views_of(snap).items())
                 for j, e in sorted(by_segment.items(), key=lambda kv: int(kv[0]))]
 
     @classmethod
     def summary(cls, layout: StageLayout, snap: StateSnapshot) -> str | None:
         """The stream's segments read, and the segments whose views are kept."""
-        n = snap.state.get("segment", snap.epoch)
-        kept = sorted({int(j) for by_segment in _views_of(snap).values() for j in by_segment})
-        views = sum(len(v) for v in _views_of(snap).values())
+        n = segment_of(snap)
+        fixes = len(snap.state.get("corrections", [])) if snap.state else 0
+        kept = sorted({int(j) for by_segment in views_of(snap).values() for j in by_segment})
+        views = sum(len(v) for v in views_of(snap).values())
         span = "none" if not kept else (f"segment {kept[0]}" if len(kept) == 1
                                         else f"segments {kept[0]}–{kept[-1]}")
-        return (f"segments 1–{n} of the stream read; {views} view(s) kept, of {span}"
+        fixed = f"; {fixes} correction epoch(s)" if fixes else ""
+        return (f"segments 1–{n} of the stream read; {views} view(s) kept, of {span}{fixed}"
                 if n else None)
 
     @classmethod
@@ -386,7 +441,7 @@ class SeriesProgram(StageProgram):
         """Delete view files ``keep`` does not name: in the co-located tables
         (``tables/<view>/``), and the jumbo passes' directories
         (``views/<segment and attempt>/_b=<i>/``)."""
-        live = {f for by_segment in _views_of(keep).values() for e in by_segment.values()
+        live = {f for by_segment in views_of(keep).values() for e in by_segment.values()
                 for f in e["files"]}
         for table in fs.list_dir(layout.tables_root):
             for name in fs.list_dir(layout.table_dir(table)):
@@ -395,6 +450,11 @@ class SeriesProgram(StageProgram):
             if not fs.list_dir(layout.table_dir(table)):
                 fs.delete_quietly(layout.table_dir(table))
         fs.delete_quietly(layout.staging_dir())
+        fixed = {f.rsplit("/", 1)[0] for e in replaced_segments(keep.state).values()
+                 for f in e.files}
+        for name in fs.list_dir(layout.program_dir(SEGMENTS)):
+            if fs.join(layout.program_dir(SEGMENTS), name) not in fixed:
+                fs.delete_quietly(fs.join(layout.program_dir(SEGMENTS), name))
         dirs = {f.rsplit("/", 1)[0] for f in live}
         root = layout.program_dir(VIEWS)
         for attempt in fs.list_dir(root):
@@ -408,71 +468,8 @@ class SeriesProgram(StageProgram):
                     fs.delete_quietly(fs.join(top, v))
 
 
-def _views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
-    """fingerprint -> segment (as text: JSON keys) -> the view's files, rows and bytes."""
-    return snap.state.get("views", {}) if snap.state else {}
-
-
-def view_tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
-    """The co-located table of each view, as :class:`QueryTables` reads it: all its
-    stored segments' files."""
-    out: dict[str, dict] = {}
-    for fp, by_segment in views.items():
-        for e in by_segment.values():
-            if "branch" in e:
-                continue
-            t = out.setdefault(fp, {"files": [], "ddl": e["ddl"],
-                                    "lineage": ["_g"] if e["bucketed"] else []})
-            t["files"] += e["files"]
-    return out
-
-
-def _column_bytes(segment: Increment) -> dict[str, float]:
-    """Compressed bytes per column of a segment, from its Parquet footers."""
-    out: dict[str, float] = {}
-    for fsys, path in map(fs.resolve, segment.files):
-        meta = pq.read_metadata(path, filesystem=fsys)
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            for c in range(group.num_columns):
-                col = group.column(c)
-                name = col.path_in_schema.split(".", 1)[0]
-                out[name] = out.get(name, 0.0) + col.total_compressed_size
-    return out
-
-
-def _rows(files: Sequence[str]) -> int:
-    return sum(pq.read_metadata(path, filesystem=fsys).num_rows
-               for fsys, path in map(fs.resolve, files))
-
-
-def _merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, dict]]
-            ) -> dict[str, dict[str, dict]]:
-    out = {fp: dict(v) for fp, v in a.items()}
-    for fp, v in b.items():
-        out.setdefault(fp, {}).update(v)
-    return out
-
-
 def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
                     fresh: Mapping[tuple[str, int], Any]) -> bool:
     window = plan.schedule.window(n)
     return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
                for v in plan.view_list() for j in window[v.table])
-
-
-
-
-def _increment(directory: str) -> Increment:
-    files = [fs.join(directory, f) for f in sorted(fs.list_dir(directory))
-             if f.startswith("part-")]
-    rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
-               for fsys, path in map(fs.resolve, files))
-    return Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))
-
-
-def _spark_schema(columns: Mapping[str, str]):
-    from strata.queries.frames import spark_type
-
-    return spark_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
-

@@ -7,10 +7,15 @@ from collections.abc import Sequence
 
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
+from strata.model.schema import to_ddl
 from strata.physical.registration import compiled, registered_of_kind
+from strata.series.corrections import changes_flow, corrections_flow
 from strata.series.program import Series, SeriesProgram
 from strata.series.stage import add_series, series_stage_name
+from strata.series.stored import segment_of
 from strata.storage.catalog import Catalog
+from strata.storage.home import Home
+from strata.storage.manifest import StateDir
 
 
 def registered(catalog: Catalog) -> dict[str, SeriesProgram]:
@@ -63,7 +68,7 @@ def register(catalog: Catalog, stream: str, series: Sequence[Series]) -> SeriesP
     flows = catalog.flows()
     stage = series_stage_name(stream)
     before = registered(catalog).get(stream)
-    own = {s.name for s in before.series} if before else set()
+    own = {f for s in (before.series if before else ()) for f in (s.name, changes_flow(s.name))}
     scratch = Dataflow("series registration")
     for flow, info in flows.items():
         if flow not in own:
@@ -76,8 +81,38 @@ def register(catalog: Catalog, stream: str, series: Sequence[Series]) -> SeriesP
         raise StrataError(f"series names {taken} are names of stages of the home")
     added = add_series(scratch, stream, series)
     description = "; ".join(f"{s.name}: {s.sql}" for s in series)
-    catalog.register_stage(compiled(added, description), [stream], replace=before is not None,
-                           backfill=[stream])
     program = added.program
     assert isinstance(program, SeriesProgram)
+    side = corrections_flow(stream)
+    sources = {side: to_ddl(scratch.flows[side].schema)} if side in added.input_names else {}
+    for flow, ddl in sources.items():
+        catalog.add_source(flow, ddl)
+    catalog.register_stage(compiled(added, description, sources), added.input_names,
+                           replace=before is not None, backfill=[stream])
     return program
+
+
+def check_correction(catalog: Catalog, home: Home, stream: str, segment: int,
+                     lateness: int | None = None) -> str:
+    """The corrections flow of ``stream``, if a correction of ``segment`` will be taken:
+    the stream's series stage has read it, and it is among the newest ``lateness``
+    segments (default: the registered series' lateness); else a StrataError that says
+    why and what to do."""
+    side = corrections_flow(stream)
+    if side not in catalog.flows():
+        raise StrataError(f"no series on {stream!r} takes corrections: give a series a "
+                          "lateness (`strata series add --lateness N`, or Series(lateness=N)) "
+                          "and run the pipeline once")
+    n = segment_of(StateDir(home.stage(series_stage_name(stream))).current())
+    if not 1 <= segment <= n:
+        raise StrataError(f"segment {segment} of {stream!r} has not been read by its series "
+                          f"(segments 1–{n} have): a correction replaces a segment already "
+                          "read; run the pipeline to read newer ones first")
+    if lateness is None:
+        program = registered(catalog).get(stream)
+        lateness = program.lateness if program is not None else None
+    if lateness is not None and segment <= n - lateness:
+        raise StrataError(f"segment {segment} of {stream!r} is too old to correct: the series "
+                          f"on it take corrections of the newest {lateness} segment(s) "
+                          f"({max(n - lateness + 1, 1)}–{n})")
+    return side

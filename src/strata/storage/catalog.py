@@ -219,6 +219,12 @@ class Catalog:
                 db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (s,))
             db.execute("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
 
+    def add_source(self, name: str, schema: str) -> None:
+        """Record an external flow a registered stage reads, so that increments can be
+        ingested into it before the next run registers it with its dataflow."""
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO flows VALUES (?, ?, NULL, 1)", (name, schema))
+
     def registered_stages(self) -> list[RegisteredStage]:
         """Stages registered with ``strata query`` and the like, oldest first."""
         rows = self.db.execute("SELECT name, kind, program, version, spec, description FROM "

@@ -1,0 +1,233 @@
+"""Late and corrected segments: an epoch that replaces segments the stage has read and
+re-emits, as changes, the occurrences whose windows contain them.
+
+A correction is an increment of the stream's corrections flow (``<stream>_corrections``):
+the stream's columns and ``_segment``, the segment whose rows these rows replace (all of
+them: a segment is replaced whole; the latest correction of a segment wins). The series
+stage reads corrections in an epoch of their own when no new segment waits
+(:class:`~strata.model.runnability.sliding` with a side flow). That epoch
+
+1. writes each corrected segment's rows into the stage's state (they replace the raw
+   segment for every later read: raw plans, series added later, ad hoc queries);
+2. recomputes that segment's stored views and replaces them in their co-located tables;
+3. for each series with a ``lateness`` reaching the segment, answers every occurrence
+   whose window contains it twice, from the views before and after, and writes the
+   difference to ``<series>_changes`` (``_occurrence``, the answer's columns, ``_mult``).
+
+Only views are recomputed, never the other segments of a window: the stage keeps every
+view (and raw segment) an occurrence it may re-emit reads, ``lateness`` segments longer
+than it otherwise would. See ``docs/series.md``, "Late and corrected segments".
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from strata.model.errors import StrataError
+from strata.physical.program import EpochContext, EpochOutcome
+from strata.queries.expressions import MULT
+from strata.queries.frames import run_all, set_confs, write_parquet
+from strata.queries.tables import QueryTables
+from strata.series.evaluate import occurrence
+from strata.series.normalize import View
+from strata.series.stored import (
+    SEGMENT,
+    SEGMENTS,
+    increment_of,
+    rows_of,
+    segment_of,
+    view_tables,
+    views_of,
+    write_answer,
+)
+from strata.storage import fs
+from strata.storage.increments import Increment
+
+if TYPE_CHECKING:
+    from strata.series.program import SeriesProgram
+
+CORRECTED = "_segment"  # the corrections flow's column: the segment a row belongs to
+OCCURRENCE = "_occurrence"  # a change's occurrence, by its newest segment
+
+log = logging.getLogger(__name__)
+
+
+def corrections_flow(stream: str) -> str:
+    """The flow corrections of ``stream``'s segments are ingested into."""
+    return f"{stream}_corrections"
+
+
+def changes_flow(series: str) -> str:
+    """The flow of a series' re-emitted occurrences, as changes."""
+    return f"{series}_changes"
+
+
+def corrections_ddl(columns: Mapping[str, str]) -> str:
+    """The corrections flow's columns: the stream's, and the segment each row replaces."""
+    return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{CORRECTED}` bigint"])
+
+
+def correction(rows: pa.Table, segment: int) -> pa.Table:
+    """``rows`` (the stream's columns) as a correction replacing segment ``segment``."""
+    if rows.num_rows == 0:
+        raise StrataError(f"the correction of segment {segment} has no rows: a correction "
+                          "replaces a segment's rows with at least one row")
+    return rows.append_column(pa.field(CORRECTED, pa.int64()),
+                              pa.array([segment] * rows.num_rows, pa.int64()))
+
+
+def latest_per_segment(fixes: Sequence[Increment]) -> dict[int, Increment]:
+    """Segment -> the last increment (in queue order) with rows for it."""
+    out: dict[int, Increment] = {}
+    for inc in fixes:
+        for fsys, path in map(fs.resolve, inc.files):
+            column = pq.read_table(path, columns=[CORRECTED], filesystem=fsys).column(0)
+            for k in set(column.drop_null().to_pylist()):
+                out[int(k)] = inc
+    return out
+
+
+def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
+    """The epoch of the corrections waiting for ``program``'s stream."""
+    snap = ctx.committed
+    n, state = segment_of(snap), dict(snap.state or {})
+    fixes = latest_per_segment(ctx.inputs[corrections_flow(program.stream)])
+    taken = sorted(k for k in fixes if n - program.lateness < k <= n)
+    too_late = sorted(k for k in fixes if 1 <= k <= n - program.lateness)
+    unread = sorted(k for k in fixes if k < 1 or k > n)
+    if too_late or unread:
+        log.warning("series stage %s epoch %d: corrections of segments %s dropped (older "
+                    "than the lateness of %d segments) and %s dropped (not read yet)",
+                    ctx.stage.name, ctx.epoch, too_late, program.lateness, unread)
+    spark = ctx.spark
+    previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
+    choices = program.activate(state)
+    before = program.numbered(ctx.inputs.get(program.stream, ()), n, state)
+    stored = views_of(snap)
+    cached: list[DataFrame] = []
+    try:
+        # the corrected rows become the raw segments, in the stage's own directory
+        rows_dirs = {k: fs.join(ctx.layout.program_dir(SEGMENTS), f"s{k:08d}-{ctx.token}")
+                     for k in taken}
+        run_all(spark, [functools.partial(
+            write_parquet, spark.read.parquet(*fixes[k].files)
+            .where(F.col(CORRECTED) == k).drop(CORRECTED), rows_dirs[k]) for k in taken])
+        replaced = {k: increment_of(d) for k, d in rows_dirs.items()}
+        views_by_fp = {v.fingerprint: v for p in program.active.values() if not p.raw
+                       for v in p.view_list()}
+        redo = {(fp, k): views_by_fp[fp] for fp, by_segment in stored.items()
+                if fp in views_by_fp for k in taken if str(k) in by_segment}
+        reemit = _reemitted(program, n, taken)
+        old_needed, new_needed = _unstored(program, reemit, stored, redo, before)
+        new_fresh = program._plain_frames(ctx, {**before, **replaced}, {**redo, **new_needed},
+                                          dict.fromkeys([*redo, *new_needed], 1), cached)
+        old_fresh = program._plain_frames(ctx, before, old_needed,
+                                          dict.fromkeys(old_needed, 1), cached)
+        tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
+                             ctx.token)
+        for fp, k in sorted(redo):
+            view, frame = new_fresh[(fp, k)]
+            tables.stage(fp, frame.withColumn(SEGMENT, F.lit(k)),
+                         ["_g"] if view.kind == "partial" else [], "append")
+        run_all(spark, tables.writes())
+        written: dict[str, dict[str, dict]] = {}
+        for (fp, k), staged in zip(sorted(redo), tables.staged, strict=True):
+            files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
+                     for f in staged.files]
+            written.setdefault(fp, {})[str(k)] = {
+                "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
+                "records": rows_of(staged.files), "ddl": staged.ddl,
+                "bucketed": bool(staged.lineage)}
+        driver: set[str] = set()
+        answers = []
+        for name, newest in reemit.items():
+            plan = program.active[name]
+            old_read = functools.partial(program._read_views, spark, tables, stored, old_fresh)
+            new_read = functools.partial(program._read_views, spark, tables, stored, new_fresh)
+            diffs = [_difference(occurrence(plan, m, old_read, spark),
+                                 occurrence(plan, m, new_read, spark), m) for m in newest]
+            if diffs:
+                changes = functools.reduce(lambda a, b: a.unionByName(b), diffs)
+                answers.append(functools.partial(
+                    write_answer, ctx, changes_flow(name), program.changes_ddl(name), changes,
+                    driver, f"series {name!r} could not re-answer its occurrences "
+                            f"{newest} after corrections of segments {taken}"))
+        run_all(spark, answers)
+        tables.commit_files()
+    finally:
+        for d in cached:
+            d.unpersist()
+        set_confs(spark, previous)
+    views = {fp: dict(by_segment) for fp, by_segment in stored.items()}
+    for by_segment in views.values():
+        for k in taken:
+            by_segment.pop(str(k), None)  # views of a series no longer reading them go
+    for fp, by_segment in written.items():
+        views.setdefault(fp, {}).update(by_segment)
+    carried = program.carried(state, n)
+    new_state = {**state, **carried, "views": views, "choices": choices,
+                 "corrections": [*carried["corrections"], [ctx.epoch, n]],
+                 "replaced": {**carried["replaced"],
+                              **{str(k): inc.to_json() for k, inc in replaced.items()}}}
+    outputs = {changes_flow(name): increment_of(ctx.output_dir(changes_flow(name)))
+               for name, newest in reemit.items() if newest}
+    metrics = {"corrected_segments": taken, "corrections_too_late": too_late,
+               "corrections_of_unread_segments": unread, "views_recomputed": len(redo),
+               "reemitted": {name: newest for name, newest in reemit.items() if newest},
+               "driver_bytes_written": sum(o.bytes for f, o in outputs.items() if f in driver)}
+    return EpochOutcome(outputs, new_state, ctx.num_partitions, metrics)
+
+
+def _reemitted(program: SeriesProgram, n: int, taken: Sequence[int]) -> dict[str, list[int]]:
+    """Per series that re-emits (lateness > 0): the occurrences up to ``n`` whose window
+    contains a corrected segment within the series' lateness."""
+    out: dict[str, list[int]] = {}
+    for s in program.series:
+        if not s.lateness:
+            continue
+        schedule = program.active[s.name].schedule
+        ks = [k for k in taken if n - k < s.lateness]
+        out[s.name] = [m for m in range(min(ks, default=n + 1), n + 1) if schedule.due(m)
+                       and any(k in run for run in schedule.window(m).values() for k in ks)]
+    return out
+
+
+def _unstored(program: SeriesProgram, reemit: Mapping[str, Sequence[int]],
+              stored: Mapping[str, Mapping[str, dict]],
+              redo: Mapping[tuple[str, int], View], kept: Mapping[int, Increment]
+              ) -> tuple[dict[tuple[str, int], View], dict[tuple[str, int], View]]:
+    """The views the re-emitted occurrences read that the stage does not store (a raw
+    plan's rows, a view no later occurrence needed): computed from the raw segments, once
+    as they were (old) and once corrected (new; a recomputed view is new already)."""
+    old: dict[tuple[str, int], View] = {}
+    for name, newest in reemit.items():
+        plan = program.active[name]
+        for m in newest:
+            window = plan.schedule.window(m)
+            for v in plan.view_list():
+                for j in window[v.table]:
+                    if str(j) not in stored.get(v.fingerprint, {}):
+                        old[(v.fingerprint, j)] = v
+    missing = sorted({j for _, j in old if j not in kept})
+    if missing:  # a series added or switched to its raw plan after those segments went
+        raise StrataError(f"cannot re-emit occurrences of {sorted(reemit)}: segments "
+                          f"{missing} are no longer kept, as rows or as views")
+    return old, {key: v for key, v in old.items() if key not in redo}
+
+
+def _difference(old: DataFrame, new: DataFrame, newest: int) -> DataFrame:
+    """``new`` − ``old`` as changes of the occurrence ``newest``: rows with a net
+    multiplicity (+n inserted, −n retracted), none where the answers agree."""
+    cols = old.columns
+    both = old.withColumn(MULT, F.lit(-1)).unionByName(new.withColumn(MULT, F.lit(1)))
+    net = both.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(F.col(MULT) != 0)
+    return net.select(F.lit(newest).cast("bigint").alias(OCCURRENCE), *cols,
+                      F.col(MULT).cast("bigint").alias(MULT))

@@ -1,0 +1,122 @@
+"""What a stream's series stage keeps between epochs, as plain data: the views stored per
+segment (their files, rows and bytes), raw segments replaced by corrections, and the
+epochs corrections took; with the small file helpers the stage's epochs share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
+from strata.model.errors import EpochError
+from strata.model.schema import parse_ddl
+from strata.physical.program import EpochContext
+from strata.physical.runner import spark_failure
+from strata.queries.frames import DRIVER_ROWS, write_parquet
+from strata.storage import fs
+from strata.storage.increments import Increment, write_table
+from strata.storage.manifest import StateSnapshot
+
+VIEWS = "views"  # the jumbo passes' directory under state/<stage>/ (tables/: the rest)
+SEGMENTS = "segments"  # corrected raw segments, under state/<stage>/
+SEGMENT = "_s"  # the segment number of a view's rows in its co-located table
+
+
+def views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
+    """fingerprint -> segment (as text: JSON keys) -> the view's files, rows and bytes."""
+    return snap.state.get("views", {}) if snap.state else {}
+
+
+def view_tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
+    """The co-located table of each view, as :class:`QueryTables` reads it: all its
+    stored segments' files."""
+    out: dict[str, dict] = {}
+    for fp, by_segment in views.items():
+        for e in by_segment.values():
+            if "branch" in e:
+                continue
+            t = out.setdefault(fp, {"files": [], "ddl": e["ddl"],
+                                    "lineage": ["_g"] if e["bucketed"] else []})
+            t["files"] += e["files"]
+    return out
+
+
+def column_bytes(segment: Increment) -> dict[str, float]:
+    """Compressed bytes per column of a segment, from its Parquet footers."""
+    out: dict[str, float] = {}
+    for fsys, path in map(fs.resolve, segment.files):
+        meta = pq.read_metadata(path, filesystem=fsys)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                col = group.column(c)
+                name = col.path_in_schema.split(".", 1)[0]
+                out[name] = out.get(name, 0.0) + col.total_compressed_size
+    return out
+
+
+def rows_of(files: Sequence[str]) -> int:
+    return sum(pq.read_metadata(path, filesystem=fsys).num_rows
+               for fsys, path in map(fs.resolve, files))
+
+
+def merged(a: Mapping[str, Mapping[str, dict]], b: Mapping[str, Mapping[str, dict]]
+            ) -> dict[str, dict[str, dict]]:
+    out = {fp: dict(v) for fp, v in a.items()}
+    for fp, v in b.items():
+        out.setdefault(fp, {}).update(v)
+    return out
+
+
+def increment_of(directory: str) -> Increment:
+    files = [fs.join(directory, f) for f in sorted(fs.list_dir(directory))
+             if f.startswith("part-")]
+    rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
+               for fsys, path in map(fs.resolve, files))
+    return Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))
+
+
+def spark_schema(columns: Mapping[str, str]):
+    from strata.queries.frames import spark_type
+
+    return spark_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
+
+
+def segment_of(snap: StateSnapshot) -> int:
+    """The newest segment the stage has read (epochs that only corrected segments read
+    none, so after one the epoch and the segment differ)."""
+    return int(snap.state.get("segment", snap.epoch)) if snap.state else snap.epoch
+
+
+def occurrence_epoch(state: Mapping[str, Any] | None, newest: int) -> int:
+    """The epoch that answered the occurrence whose newest segment is ``newest``: its
+    segment number, shifted by the correction epochs that ran before it."""
+    taken = (state or {}).get("corrections", [])
+    return newest + sum(1 for _, segment in taken if segment < newest)
+
+
+def replaced_segments(state: Mapping[str, Any] | None) -> dict[int, Increment]:
+    """Raw segments whose rows a correction replaced: segment -> the corrected rows."""
+    return {int(j): Increment.from_json(e)
+            for j, e in ((state or {}).get("replaced", {})).items()}
+
+
+def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame, by_driver: set[str],
+                 failure: str) -> None:
+    """Write ``out`` as the epoch's increment of ``flow`` (whose columns are ``ddl``): from
+    the driver when it is small (noted in ``by_driver``: Spark does not count those
+    bytes), else through Spark. A Spark failure (bad data in a window) is an
+    :class:`EpochError` that says ``failure``."""
+    out_dir = ctx.output_dir(flow)
+    try:
+        table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
+        if table.num_rows > DRIVER_ROWS:
+            write_parquet(out, out_dir)
+            return
+    except Exception as e:
+        raise EpochError(failure, stage=ctx.stage.name, epoch=ctx.epoch, flow=flow,
+                         cause=spark_failure(e)) from e
+    write_table(fs.join(out_dir, "part-00000.parquet"), table.cast(parse_ddl(ddl)))
+    by_driver.add(flow)
