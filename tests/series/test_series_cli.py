@@ -88,3 +88,42 @@ def test_series_from_the_cli(spark, tmp_path):
     assert [s["name"] for s in listed] == ["last2"]
     missing = invoke("series", "explain", "daily", "--home", home)
     assert missing.exit_code == 1 and "no series 'daily'" in missing.output
+
+
+def test_correcting_a_segment_from_the_cli(spark, tmp_path):
+    pipeline = tmp_path / "clicks.py"
+    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('clicks')\n"
+                        f"dataflow.source('log', {DDL!r})\n")
+    home = tmp_path / "home"
+    ok("run", pipeline, "--home", home)
+    rng = random.Random(8)
+    segments = [segment(rng, 20) for _ in range(3)]
+    for i, seg in enumerate(segments):
+        pq.write_table(seg, tmp_path / f"seg{i}.parquet")
+        ok("ingest", "log", tmp_path / f"seg{i}.parquet", "--home", home)
+    unset = invoke("series", "correct", "log", 2, tmp_path / "seg0.parquet", "--home", home)
+    assert unset.exit_code == 1 and "no series on 'log' takes corrections" in unset.output
+    ok("series", "add", "last2", WEEKLY, "--table", "log=log[-1:0]", "--lateness", 2,
+       "--home", home)
+    listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
+    assert listed[0]["lateness"] == 2
+    ok("run", pipeline, "--home", home)
+    fixed = segment(rng, 30)
+    pq.write_table(fixed, tmp_path / "fixed.parquet")
+    old = invoke("series", "correct", "log", 1, tmp_path / "fixed.parquet", "--home", home)
+    assert old.exit_code == 1 and "too old to correct" in old.output
+    done = json.loads(ok("series", "correct", "log", 2, tmp_path / "fixed.parquet",
+                         "--home", home, "--json").stdout)
+    assert done == {"stream": "log", "segment": 2, "flow": "log_corrections",
+                    "increment": 1, "records": 30}
+    ok("run", pipeline, "--home", home)
+    corrected = [segments[0], fixed, segments[2]]
+    for n in (2, 3):  # both occurrences read segment 2
+        out = ok("series", "show", "last2", "--occurrence", n, "--home", home,
+                 "--format", "jsonl").stdout
+        assert canon([json.loads(line) for line in out.splitlines()]) == canon(
+            duckdb_answer(WEEKLY, {"log": range(n - 1, n + 1)}, corrected)), n
+    changes = ok("show", "last2_changes", "--home", home, "--format", "jsonl").stdout
+    assert {json.loads(line)["_occurrence"] for line in changes.splitlines()} == {2, 3}
+    status = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
+    assert "1 correction epoch(s)" in status["summary"]

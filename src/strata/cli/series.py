@@ -52,6 +52,11 @@ def add(
         help="views: keep per-segment partial results and merge them; raw: aggregate the "
              "window's segments again at each occurrence; auto: the cheaper by the cost "
              "model, from the statistics of earlier segments.")] = "auto",
+    lateness: Annotated[int, typer.Option(
+        min=0, help="Take corrections of the newest N segments (`strata series correct`) "
+                    "and re-emit this series' occurrences that read them, as changes to "
+                    "the flow NAME_changes (0: corrections only reach later occurrences).")
+                        ] = 0,
     replace: Annotated[bool, typer.Option(
         "--replace", help="Replace the series registered under NAME.")] = False,
     dry_run: Annotated[bool, typer.Option(
@@ -64,7 +69,7 @@ def add(
 
     with output.reported():
         tables = _bindings(table)
-        new = Series(name, sql, tables, period, plan)
+        new = Series(name, sql, tables, period, plan, lateness)
         with _catalog(_existing_home(home)) as catalog:
             stream = registry.stream_of(new, list(catalog.flows()))
             programs = registry.registered(catalog)
@@ -98,6 +103,7 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
         with _catalog(_existing_home(home)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": s.name, "stream": p.stream, "period": s.period,
+                 "lateness": s.lateness,
                  "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
                  "first_occurrence": p.plans[s.name].schedule.first,
                  "views": len(p.plans[s.name].views), "sql": s.sql}
@@ -106,10 +112,10 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
             typer.echo(output.dumps({"series": rows}))
             return
         t = Table(title=f"{len(rows)} series", title_justify="left")
-        for c in ("name", "stream", "period", "tables", "first", "views", "sql"):
+        for c in ("name", "stream", "period", "lateness", "tables", "first", "views", "sql"):
             t.add_column(c, overflow="fold")
         for r in rows:
-            t.add_row(r["name"], r["stream"], str(r["period"]),
+            t.add_row(r["name"], r["stream"], str(r["period"]), str(r["lateness"]),
                       ", ".join(f"{k}={v}" for k, v in r["tables"].items()),
                       str(r["first_occurrence"]), str(r["views"]), r["sql"])
         output.out().print(t)
@@ -148,8 +154,61 @@ def show_(
         "--format", help="A table, or one JSON record per line.")] = "table",
     limit: Annotated[int | None, typer.Option(min=0, help="Show at most N records.")] = None,
 ) -> None:
-    """Print a series' answer at an occurrence (its flow's increment of that segment)."""
-    show(name, home, epoch=occurrence, all_=all_, fmt=fmt, limit=limit)
+    """Print a series' answer at an occurrence, with the changes corrections of its
+    segments re-emitted since (--all: every stored answer as written, by epoch)."""
+    if all_:
+        if occurrence is not None:
+            with output.reported():
+                raise StrataError("give either --occurrence N or --all, not both")
+        show(name, home, all_=True, fmt=fmt, limit=limit)
+        return
+    from strata.series.answers import series_answer
+
+    with output.reported():
+        n, table = series_answer(_existing_home(home), name, occurrence)
+        print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit)
+
+
+@app.command()
+def correct(
+    stream: Annotated[str, typer.Argument(metavar="STREAM", show_default=False,
+                                          help="The stream whose segment to replace.")],
+    segment: Annotated[int, typer.Argument(metavar="SEGMENT", show_default=False,
+                                           help="The segment's number (1 = the first).")],
+    paths: Annotated[list[Path], typer.Argument(
+        metavar="PATH...", show_default=False, exists=True, dir_okay=False,
+        help="Files with the segment's rows, all of them (checked against the stream's "
+             "schema; a bad file appends nothing).")],
+    home: HomeOption,
+    fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
+        "--format", help="File format (default: from each file's extension).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Replace a segment the stream's series have read with the rows of PATH...: the
+    next `strata run` recomputes its views and re-emits, as changes, the occurrences whose
+    windows contain it (for series with a lateness reaching it)."""
+    from strata.controller.ingest import append_table, checked_external_flow
+    from strata.controller.readers import read_source
+    from strata.model.schema import to_arrow_schema
+    from strata.series import registry
+    from strata.series.corrections import correction
+
+    with output.reported():
+        root = _existing_home(home)
+        with _catalog(root) as catalog:
+            layout = Home(root)
+            side = registry.check_correction(catalog, layout, stream, segment)
+            rows = read_source([str(p) for p in paths],
+                               to_arrow_schema(checked_external_flow(layout, catalog, stream)),
+                               fmt, stream)
+            n = append_table(layout, catalog, side, correction(rows, segment))
+        if json_out:
+            typer.echo(output.dumps({"stream": stream, "segment": segment, "flow": side,
+                                     "increment": n, "records": rows.num_rows}))
+            return
+        output.out().print(f"segment {segment} of [bold]{escape(stream)}[/] replaced by "
+                           f"{rows.num_rows:,} records (increment {n} of {escape(side)}); "
+                           "the next `strata run` re-emits the occurrences that read it")
 
 
 @app.command()
