@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.queries.expressions import MULT
@@ -138,6 +139,7 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
             tables.stage(fp, frame.withColumn(SEGMENT, F.lit(k)),
                          ["_g"] if view.kind == "partial" else [], "append")
         run_all(spark, tables.writes())
+        crashpoint("series-after-corrected-views")
         written: dict[str, dict[str, dict]] = {}
         for (fp, k), staged in zip(sorted(redo), tables.staged, strict=True):
             files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
@@ -161,6 +163,7 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                     driver, f"series {name!r} could not re-answer its occurrences "
                             f"{newest} after corrections of segments {taken}"))
         run_all(spark, answers)
+        crashpoint("series-after-reemit")
         tables.commit_files()
     finally:
         for d in cached:
