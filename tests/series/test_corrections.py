@@ -5,9 +5,13 @@ changes; every answer, as corrected, equals DuckDB's over the corrected segments
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller import Controller
@@ -18,6 +22,7 @@ from strata.series.answers import series_answer
 from strata.series.corrections import correction
 from strata.series.registry import check_correction
 from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
+from tests.series.test_random_series import series as random_series
 
 LATENESS = 3
 
@@ -109,3 +114,73 @@ def test_corrections_reemit_every_occurrence_they_touch(spark, tmp_path):
         want = duckdb_answer(sql, {"log": range(4, 8)}, corrected)
         assert canon(r.asDict() for r in answer.collect()) == canon(want)
         assert "4: raw segment" in how[0]
+
+
+@st.composite
+def _corrections(draw, newest):
+    """Distinct segments among the first ``newest`` (older ones may be too late), each
+    with a row count for its replacement."""
+    ks = draw(st.lists(st.integers(1, newest), unique=True, min_size=1, max_size=3))
+    return [(k, draw(st.sampled_from([1, 7, 20]))) for k in ks]
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(defs=st.lists(random_series(), min_size=1, max_size=3),
+       lateness=st.tuples(st.integers(1, 3), st.integers(0, 3), st.integers(0, 3)),
+       first=_corrections(4), second=_corrections(6), seed=st.integers(0, 10_000))
+def test_random_series_with_late_segments_equal_duckdb(spark, defs, lateness, first,
+                                                       second, seed):
+    """Random series and corrections at two points of the stream: every occurrence's
+    answer is DuckDB's over the segments as they were when it was last (re-)answered."""
+    rng = random.Random(seed)
+    series = [Series(f"s{i}", sql, {"log": spec}, period, lateness=lateness[i])
+              for i, (sql, spec, period) in enumerate(defs)]
+    df = Dataflow("clicks")
+    df.source("log", DDL)
+    add_series(df, "log", series)
+    program = df.stages[series_stage_name("log")].program
+    horizon = max(s.lateness for s in series)
+    current: list = []
+    expected: dict[tuple[str, int], list] = {}  # the segments an answer was computed on
+
+    def answered(upto):
+        for s in series:
+            for m in program.plans[s.name].schedule.occurrences(range(1, upto + 1)):
+                expected.setdefault((s.name, m), list(current))
+
+    with tempfile.TemporaryDirectory() as tmp, \
+            Controller(f"{tmp}/home", df, spark=spark, num_partitions=2) as c:
+        def grow(count):
+            for _ in range(count):
+                current.append(segment(rng, rng.choice([0, 5, 25])))
+                c.ingest("log", [_write(Path(tmp), current[-1], f"seg{len(current)}")])
+            c.run()
+            answered(len(current))
+
+        def correct(fixes):
+            n = len(current)
+            rows = {k: segment(rng, count) for k, count in fixes}
+            c.ingest("log_corrections", [_write(Path(tmp), correction(t, k), f"fix{n}-{k}")
+                                         for k, t in rows.items()])
+            [report] = c.run()
+            taken = sorted(k for k in rows if k > n - horizon)
+            assert report.metrics["corrected_segments"] == taken
+            for k in taken:
+                current[k - 1] = rows[k]
+            for s in series:
+                schedule = program.plans[s.name].schedule
+                for m in schedule.occurrences(range(1, n + 1)):
+                    if any(k in r and n - k < s.lateness for k in taken
+                           for r in schedule.window(m).values()):
+                        expected[(s.name, m)] = list(current)
+
+        grow(4)
+        correct(first)
+        grow(2)
+        correct(second)
+        for (name, m), segments in expected.items():
+            sql = next(s.sql for s in series if s.name == name)
+            _, got = series_answer(c.home, name, m)
+            want = duckdb_answer(sql, program.plans[name].schedule.window(m), segments)
+            assert canon(got.to_pylist()) == canon(want), (name, m)
