@@ -13,7 +13,7 @@ from strata import Dataflow
 from strata.controller import Controller
 from strata.queries.sql import parse_sql
 from strata.series import Series, add_series, series_stage_name
-from strata.series.cost import choose, view_columns
+from strata.series.cost import choose, scan_sharing, view_columns, view_fields
 from strata.series.normalize import plan_series
 from strata.series.windows import Schedule, Segments
 from tests.series.clicklog import COLUMNS, DDL, canon, duckdb_answer, segment
@@ -48,6 +48,34 @@ def test_choices(spec, period, view_bytes, expected):
     # the tumbling week by the formulas: views 7·(1,800 + 500) + 7·500 + 6·500, raw 7·2,300
     if (spec, period, view_bytes) == ("log[-6:0]", 7, 500.0):
         assert (estimates["views"]["io"], estimates["raw"]["io"]) == (22_600, 16_100)
+
+
+def _views(*sqls):
+    return [_plan_of(sql).view_list()[0] for sql in sqls]
+
+
+def _plan_of(sql):
+    return plan_series(parse_sql(sql, {"log": COLUMNS}),
+                       Schedule({"log": Segments.parse("log[-1:0]")}, 1), COLUMNS)
+
+
+def test_a_shared_scan_pays_when_it_saves_more_scan_than_it_widens_the_shuffle():
+    a, b = _views("SELECT A, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A",
+                  "SELECT A, sum(B) AS s FROM log WHERE E > 2.0 GROUP BY A")
+    assert (view_fields(a), view_fields(b)) == (3, 4)  # key, parts, row count
+    columns = {"A": 3_000.0, "B": 6_000.0, "E": 9_000.0}
+    shared, est = scan_sharing([a, b], columns, {a.fingerprint: 100.0, b.fingerprint: 100.0},
+                               alpha=1.0)
+    # separate reads A,E and A,B,E; shared reads A,B,E once and widens by 8/3 and 8/4
+    assert est["separate"] == {"read": 30_000, "shuffled": 200, "written": 200,
+                               "io": 30_400}
+    assert est["shared"] == {"read": 18_000, "shuffled": 467, "written": 200, "io": 18_667}
+    assert shared
+    big = {a.fingerprint: 40_000.0, b.fingerprint: 40_000.0}  # views as big as the scans
+    shared, est = scan_sharing([a, b], columns, big, alpha=1.0)
+    assert not shared and est["shared"]["io"] > est["separate"]["io"]
+    assert scan_sharing([a, b], columns, {a.fingerprint: 1.0}) == (False, {})  # no stats
+    assert scan_sharing([a], columns, {a.fingerprint: 1.0}) == (False, {})
 
 
 def test_with_the_measured_shuffles_views_win_the_tumbling_week():

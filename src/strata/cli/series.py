@@ -139,7 +139,7 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
         choice = (snap.state or {}).get("choices", {}).get(name)
         _print_explain(program, name, json_out, registered=True, choice=choice,
-                       epoch=snap.epoch)
+                       epoch=snap.epoch, scan=(snap.state or {}).get("scan"))
 
 
 @app.command("show")
@@ -300,13 +300,14 @@ def _columns(catalog, stream: str) -> dict[str, str]:
 
 
 def _print_explain(program, name: str, json_out: bool, registered: bool,
-                   choice: dict | None = None, epoch: int = 0) -> None:
+                   choice: dict | None = None, epoch: int = 0, scan: dict | None = None
+                   ) -> None:
     from strata.series.normalize import explain as explain_plan
 
     plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
         program.plans[name]
     lines = explain_plan(plan)
-    lines += _choice_lines(choice, epoch)
+    lines += _choice_lines(choice, epoch) + _scan_lines(scan)
     shared = {v.fingerprint: [s.name for s in program.series if s.name != name and any(
         w.fingerprint == v.fingerprint for w in program.plans[s.name].view_list())]
         for v in plan.view_list()}
@@ -317,6 +318,7 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
                                  "registered": registered, "explain": lines,
                                  "plan": choice["plan"] if choice else "views",
                                  "estimates": choice["estimates"] if choice else {},
+                                 "scan": scan or {},
                                  "decomposed": plan.decomposed,
                                  "columns": plan.query.root.columns}))
         return
@@ -397,4 +399,19 @@ def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
                      f"written {output.size(est['written'])})")
     if not choice["estimates"]:
         lines.append("  (no statistics of its views yet)")
+    return lines
+
+
+def _scan_lines(scan: dict | None) -> list[str]:
+    """How the stream's last segment computed its stored partial views."""
+    if not scan or scan.get("views", 0) < 2:
+        return []
+    how = "one jumbo pass" if scan["shared"] else "a plan per view"
+    why = "set by the stage" if scan.get("forced") else "the cost model's choice"
+    lines = [f"scan of the last segment: {scan['views']} stored partial views in {how} "
+             f"({why})"]
+    for plan, est in sorted(scan.get("estimates", {}).items()):
+        lines.append(f"  {plan}: estimated I/O {output.size(est['io'])} (read "
+                     f"{output.size(est['read'])}, shuffled {output.size(est['shuffled'])}, "
+                     f"written {output.size(est['written'])})")
     return lines

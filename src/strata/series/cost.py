@@ -27,13 +27,26 @@ cheaper plan for every window shape; the raw plan wins only where an aggregate
 shuffles less than its stored view plus the reads of it.
 
 Only partial views differ between the plans (rows views and joins cost the same in
-both). Without statistics yet, a series keeps views. All of it is plain arithmetic over
-plain data (no Spark).
+both). Without statistics yet, a series keeps views.
+
+**Sharing a scan** (:func:`scan_sharing`). The new segment's stored partial views are
+computed either each by its own plan (a pruned scan of its columns and an exchange of its
+partial groups) or together in one jumbo pass (one scan of every column any of them
+reads, one exchange). The jumbo pass saves scans but widens the exchange: each of its
+rows carries every view's key and parts, NULL but for its own view's (8 bytes each in
+Spark's row format). Per segment:
+
+* separate: ``Σ_v (C_v + α·V_v + V_v)``;
+* shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v)`` with ``C_∪`` the bytes of the union of the
+  views' columns and ``ω_v = F / F_v`` the widening, ``F_v`` the fields of view *v*'s
+  shuffled rows (keys and parts) and ``F`` those of all views together.
+
+All of it is plain arithmetic over plain data (no Spark).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -135,6 +148,37 @@ def choose(plan: SeriesPlan, column_bytes: Mapping[str, float],
         return "views", {}
     return ("raw" if raw.io < kept.io else "views",
             {"views": kept.to_json(), "raw": raw.to_json()})
+
+
+def view_fields(view: View) -> int:
+    """The fields of a partial view's shuffled rows: its keys and monoid parts."""
+    node = view.node
+    assert isinstance(node, GroupBy)
+    parts = sum(len(m.parts) for m in view.monoids) or len(node.aggs)
+    return max(1, len(node.keys)) + parts + 1  # and the row count
+
+
+def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
+                 view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE
+                 ) -> tuple[bool, dict[str, dict[str, float]]]:
+    """Whether to compute ``views`` (a segment's stored partial views) in one jumbo pass,
+    with the estimates of both plans (without statistics of every view: not shared, no
+    estimates)."""
+    if len(views) < 2 or any(v.fingerprint not in view_bytes for v in views):
+        return False, {}
+    fields = {v.fingerprint: view_fields(v) for v in views}
+    total = sum(fields.values()) + 1  # and the branch tag
+    written = sum(view_bytes[v.fingerprint] for v in views)
+    scans = [view_columns(v) for v in views]
+    separate = Estimate(
+        sum(sum(column_bytes.get(c, 0.0) for c in cols) for cols in scans),
+        sum(alpha * view_bytes[v.fingerprint] for v in views), written)
+    shared = Estimate(
+        sum(column_bytes.get(c, 0.0) for c in set().union(*scans)),
+        sum(alpha * total / fields[v.fingerprint] * view_bytes[v.fingerprint]
+            for v in views), written)
+    return shared.io < separate.io, {"shared": shared.to_json(),
+                                     "separate": separate.to_json()}
 
 
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:

@@ -35,7 +35,7 @@ from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
-from strata.series.cost import choose, updated
+from strata.series.cost import choose, scan_sharing, updated
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
@@ -125,7 +125,7 @@ class SeriesProgram(StageProgram):
     kind = "series"
 
     def __init__(self, stream: str, columns: Mapping[str, str], series: Sequence[Series],
-                 shared_scan: bool = False) -> None:
+                 shared_scan: bool | str = False) -> None:
         names = [s.name for s in series]
         if len(set(names)) != len(names):
             raise StrataError(f"series names repeat on stream {stream!r}: {names}")
@@ -133,7 +133,9 @@ class SeriesProgram(StageProgram):
         self.columns = dict(columns)  # the stream's columns -> Spark types
         self.series = tuple(series)
         # the jumbo pass: off by default, it measured more shuffle than it saved in scans
-        # (docs/series.md, "Measured")
+        # (docs/series.md, "Measured"); "auto": the cost model decides per segment
+        if shared_scan not in (True, False, "auto"):
+            raise StrataError(f"shared_scan is True, False or 'auto', not {shared_scan!r}")
         self.shared_scan = shared_scan
         self._plans: dict[str, SeriesPlan] | None = None
         self._raw_plans: dict[str, SeriesPlan] | None = None
@@ -242,7 +244,11 @@ class SeriesProgram(StageProgram):
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
                      if key[1] == n and jumbo_eligible(v) and self.keeps(
                          self._last_reader(*key), n)]
-            jumbo = jumbo if len(jumbo) > 1 and self.shared_scan else []
+            share, scan_estimates = scan_sharing(
+                [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}))
+            if self.shared_scan != "auto":
+                share = bool(self.shared_scan)
+            jumbo = jumbo if len(jumbo) > 1 and share else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
             # stored views are co-located: appended to a table per view, bucketed by the
@@ -300,12 +306,15 @@ class SeriesProgram(StageProgram):
         outputs = {name: increment_of(ctx.output_dir(name)) for name in answered}
         state = {**self.carried(ctx.committed.state, n), "segment": n,
                  "views": self._still_read(views, n), "choices": choices,
+                 "scan": {"shared": bool(jumbo), "views": len(jumbo) or len(keep),
+                          "forced": self.shared_scan != "auto", "estimates": scan_estimates},
                  "stats": {"columns": updated(stats.get("columns", {}),
                                               column_bytes(segments[n])),
                            "views": updated(stats.get("views", {}), {
                                fp: e[str(n)]["bytes"] for fp, e in written.items()
                                if str(n) in e and "branch" not in e[str(n)]})}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
+                   "scan_estimates": scan_estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
                    # files the driver wrote (small views, answers): Spark does not count them

@@ -18,12 +18,13 @@ def series_stage_name(stream: str) -> str:
 
 
 def add_series(df: Dataflow, stream: str, series: Sequence[Series], *,
-               shared_scan: bool = False) -> Stage:
+               shared_scan: bool | str = False) -> Stage:
     """Add the stage that runs ``series`` (all the series on ``stream``) together: each
     new segment of ``stream`` is scanned once, its views are kept for every series that
     reads them, and each series' answer at each occurrence is an increment of the flow
     named after it. ``shared_scan`` computes the new segment's stored partial views in
-    one jumbo pass (one scan, one exchange) instead of a plan each.
+    one jumbo pass (one scan, one exchange) instead of a plan each; ``"auto"`` lets the
+    cost model choose per segment, from the statistics of earlier ones.
 
     When a series has a ``lateness``, the stage also reads the source flow
     ``<stream>_corrections`` (declared here if the dataflow lacks it): rows that replace
