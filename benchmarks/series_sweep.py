@@ -4,12 +4,14 @@ At each point of a sweep over the selectivity of a filter and the number of bran
 (series whose per-segment partial views read the same new segment), the series stage
 runs twice over the same segments: every view by its own plan (``separate``), and all of
 them in one jumbo pass (``shared``: one scan, one exchange). Each branch groups the
-filtered click log on its own keys; its window is the last two segments with a period
-that never comes due again, so an epoch after the second does nothing but compute and
-store the new segment's views, and Spark's metrics of the epoch are the plan's I/O.
+filtered click log on its own keys and answers over the segment before the newest, so
+that every epoch computes and stores the new segment's views (the plans differ there)
+and answers from yesterday's stored views (alike in both); Spark's metrics of the epoch
+are the plan's I/O.
 
-From the second segment on the stage has statistics, and its cost model estimates both
-plans (``scan_estimates`` in the epoch's metrics). Per point: the choice (the cheaper
+From the third segment on the stage has statistics of views and answers, and its cost
+model estimates the epoch under both plans (``epoch_estimates`` in its metrics). Per
+point: the choice (the cheaper
 estimate), the cheaper measured plan (a tie within ``TIE`` of each other agrees with
 either), the regret of the choice against not sharing, and the relative error of the
 chosen plan's estimate. Used by ``benchmarks/series.py``.
@@ -41,7 +43,7 @@ def branch_series(branches: int, selectivity: float) -> list:
         cols = ", ".join(keys)
         sql = (f"SELECT {cols}, count(*) AS n, sum(E) AS s FROM log WHERE D % 100 < {cut} "
                f"GROUP BY {cols}")
-        out.append(Series(f"b{i}", sql, {"log": "log[-1:0]"}, period=1000))
+        out.append(Series(f"b{i}", sql, {"log": "log[-1]"}))
     return out
 
 
@@ -68,7 +70,7 @@ def run_point(spark, metrics, files: list[str], home: Path, branches: int,
                            "written": written,
                            "io": m.input_bytes + m.shuffle_write_bytes + written,
                            "jumbo": report.metrics["views_in_jumbo_pass"],
-                           "estimates": report.metrics["scan_estimates"]})
+                           "estimates": report.metrics["epoch_estimates"]})
     return epochs
 
 
@@ -76,7 +78,7 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
           log) -> dict:
     """Every point of the sweep, and the summary figures over them."""
     points = []
-    measured_from = 3  # epoch 2 answers each branch once; later epochs only store views
+    measured_from = 3  # the stage estimates from statistics of two segments on
     for selectivity, branches in itertools.product(cfg["selectivities"], cfg["branches"]):
         log(f"sweep: selectivity {selectivity}, {branches} branch(es)")
         runs = {plan: run_point(spark, metrics, files, tmp / f"sw-{branches}-{selectivity}-"
@@ -84,8 +86,8 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
                                 partitions)
                 for plan in ("separate", "shared")}
         measured = {p: sum(e["io"] for e in runs[p][measured_from - 1:]) for p in runs}
-        estimated = {p: sum(e["estimates"].get(p, {}).get("io", 0)
-                            for e in runs["separate"][measured_from - 1:]) for p in runs}
+        estimated = {p: sum(e["estimates"].get(p, 0) for e in runs["separate"][measured_from - 1:])
+                     for p in runs}
         has_estimates = all(e["estimates"] for e in runs["separate"][measured_from - 1:])
         choice = "shared" if has_estimates and estimated["shared"] < estimated["separate"] \
             else "separate"

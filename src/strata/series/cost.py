@@ -37,9 +37,11 @@ rows carries every view's key and parts, NULL but for its own view's (8 bytes ea
 Spark's row format). Per segment:
 
 * separate: ``Σ_v (C_v + α·V_v + V_v)``;
-* shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v)`` with ``C_∪`` the bytes of the union of the
-  views' columns and ``ω_v = F / F_v`` the widening, ``F_v`` the fields of view *v*'s
-  shuffled rows (keys and parts) and ``F`` those of all views together.
+* shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v + α·V_v)`` with ``C_∪`` the bytes of the union
+  of the views' columns and ``ω_v = F / F_v`` the widening, ``F_v`` the fields of view
+  *v*'s shuffled rows (keys and parts) and ``F`` those of all views together. The last
+  term: a jumbo pass's views are not bucketed by their keys, so the occurrence that
+  reads one later shuffles it again (a co-located view is merged where it lies).
 
 All of it is plain arithmetic over plain data (no Spark).
 """
@@ -175,10 +177,29 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
         sum(alpha * view_bytes[v.fingerprint] for v in views), written)
     shared = Estimate(
         sum(column_bytes.get(c, 0.0) for c in set().union(*scans)),
-        sum(alpha * total / fields[v.fingerprint] * view_bytes[v.fingerprint]
+        sum(alpha * (total / fields[v.fingerprint] + 1) * view_bytes[v.fingerprint]
             for v in views), written)
     return shared.io < separate.io, {"shared": shared.to_json(),
                                      "separate": separate.to_json()}
+
+
+def occurrences_io(due: Mapping[str, SeriesPlan], newest: int,
+                   view_bytes: Mapping[str, float], answer_bytes: Mapping[str, float]
+                   ) -> float | None:
+    """The I/O the occurrences due at ``newest`` add to an epoch whichever way its views
+    are computed: each reads the views of its window (``V`` per view and segment) and
+    writes its answer (as big as its earlier answers). None without statistics."""
+    total = 0.0
+    for name, plan in due.items():
+        if name not in answer_bytes:
+            return None
+        total += answer_bytes[name]
+        window = plan.schedule.window(newest)
+        for v in plan.view_list():
+            if v.fingerprint not in view_bytes:
+                return None
+            total += len(window[v.table]) * view_bytes[v.fingerprint]
+    return total
 
 
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:

@@ -35,7 +35,7 @@ from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
-from strata.series.cost import choose, scan_sharing, updated
+from strata.series.cost import choose, occurrences_io, scan_sharing, updated
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
@@ -248,6 +248,10 @@ class SeriesProgram(StageProgram):
                 [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}))
             if self.shared_scan != "auto":
                 share = bool(self.shared_scan)
+            answering = occurrences_io({s.name: self.active[s.name] for s in due}, n,
+                                       stats.get("views", {}), stats.get("answers", {}))
+            epoch_estimates = {plan: e["io"] + answering for plan, e in scan_estimates.items()
+                               } if answering is not None else {}
             jumbo = jumbo if len(jumbo) > 1 and share else []
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
@@ -312,9 +316,11 @@ class SeriesProgram(StageProgram):
                                               column_bytes(segments[n])),
                            "views": updated(stats.get("views", {}), {
                                fp: e[str(n)]["bytes"] for fp, e in written.items()
-                               if str(n) in e and "branch" not in e[str(n)]})}}
+                               if str(n) in e and "branch" not in e[str(n)]}),
+                           "answers": updated(stats.get("answers", {}), {
+                               name: o.bytes for name, o in outputs.items()})}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
-                   "scan_estimates": scan_estimates,
+                   "scan_estimates": scan_estimates, "epoch_estimates": epoch_estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
                    # files the driver wrote (small views, answers): Spark does not count them
