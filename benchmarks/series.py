@@ -292,12 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
 
     cfg = QUICK if args.quick else FULL
-    # Parquet's vectored reads bypass the Hadoop statistics Spark's input metrics come
-    # from (only footers are counted); the plain read path counts column chunks
+    # get_spark turns Parquet's vectored reads off: with them Spark counts only footers
     spark = get_spark(args.master, app_name="strata-bench-series",
                       **{"spark.ui.retainedStages": "100000",
-                         "spark.ui.retainedJobs": "100000",
-                         "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false"})
+                         "spark.ui.retainedJobs": "100000"})
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-series-"))

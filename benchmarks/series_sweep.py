@@ -9,12 +9,15 @@ that every epoch computes and stores the new segment's views (the plans differ t
 and answers from yesterday's stored views (alike in both); Spark's metrics of the epoch
 are the plan's I/O.
 
-From the third segment on the stage has statistics of views and answers, and its cost
-model estimates the epoch under both plans (``epoch_estimates`` in its metrics). Per
-point: the choice (the cheaper
-estimate), the cheaper measured plan (a tie within ``TIE`` of each other agrees with
+From the second segment on the stage has statistics of views and answers, and its cost
+model estimates the epoch under both plans (``epoch_estimates`` in its metrics), each
+part scaled by the ratio of the bytes Spark measured to the bytes it estimated in the
+epochs before (κ, learned from the third segment on). Per
+point: the choice (the cheaper estimate of the stage running without sharing, its
+default), the cheaper measured plan (a tie within ``TIE`` of each other agrees with
 either), the regret of the choice against not sharing, and the relative error of the
-chosen plan's estimate. Used by ``benchmarks/series.py``.
+chosen plan's estimate as the stage running that plan makes it. Used by
+``benchmarks/series.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import pyarrow.parquet as pq
 KEYS = [list(c) for r in (1, 2, 3) for c in itertools.combinations("ABCDE", r)]
 TIE = 0.02  # plans measured within 2% of each other: either choice agrees
 FULL = {"selectivities": [0.01, 0.1, 0.5, 0.9], "branches": [1, 2, 4, 8, 16],
-        "segments": 4, "rows": 200_000}
-QUICK = {"selectivities": [0.1, 0.9], "branches": [2, 8], "segments": 3, "rows": 20_000}
+        "segments": 5, "rows": 200_000}
+QUICK = {"selectivities": [0.1, 0.9], "branches": [2, 8], "segments": 4, "rows": 20_000}
 
 
 def branch_series(branches: int, selectivity: float) -> list:
@@ -78,7 +81,9 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
           log) -> dict:
     """Every point of the sweep, and the summary figures over them."""
     points = []
-    measured_from = 3  # the stage estimates from statistics of two segments on
+    # the stage estimates from the second segment on, and scales its formulas by what it
+    # measured from the third (κ); the fourth segment is the first it has seen it all for
+    measured_from = 4
     for selectivity, branches in itertools.product(cfg["selectivities"], cfg["branches"]):
         log(f"sweep: selectivity {selectivity}, {branches} branch(es)")
         runs = {plan: run_point(spark, metrics, files, tmp / f"sw-{branches}-{selectivity}-"
@@ -86,11 +91,14 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
                                 partitions)
                 for plan in ("separate", "shared")}
         measured = {p: sum(e["io"] for e in runs[p][measured_from - 1:]) for p in runs}
-        estimated = {p: sum(e["estimates"].get(p, 0) for e in runs["separate"][measured_from - 1:])
-                     for p in runs}
+
+        # the choice as the stage makes it without sharing; each plan's estimate as the
+        # stage running that plan makes it (κ learned from its own measurements)
         has_estimates = all(e["estimates"] for e in runs["separate"][measured_from - 1:])
-        choice = "shared" if has_estimates and estimated["shared"] < estimated["separate"] \
+        ahead = _estimated(runs["separate"][measured_from - 1:])
+        choice = "shared" if has_estimates and ahead["shared"] < ahead["separate"] \
             else "separate"
+        estimated = {p: _estimated(runs[p][measured_from - 1:])[p] for p in runs}
         cheaper = min(measured, key=measured.__getitem__)
         tie = abs(measured["shared"] - measured["separate"]) <= TIE * min(measured.values())
         error = {p: abs(estimated[p] - measured[p]) / measured[p] if has_estimates else None
@@ -101,6 +109,7 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
             "agrees": tie or choice == cheaper,
             "regret_vs_not_sharing": round(measured[choice] / measured["separate"] - 1, 4),
             "measured_io": measured, "estimated_io": estimated,
+            "estimated_io_without_sharing": ahead,
             "relative_error": {p: None if e is None else round(e, 4) for p, e in error.items()},
             "runs": runs})
     errors = [p["relative_error"][p["choice"]] for p in points
@@ -114,6 +123,12 @@ def sweep(spark, metrics, files: list[str], tmp: Path, cfg: dict, partitions: in
         "max_relative_error_any_plan": round(max(
             e for p in points for e in p["relative_error"].values() if e is not None), 4),
     }
+
+
+def _estimated(epochs: list[dict]) -> dict[str, float]:
+    """Both plans' estimated I/O summed over ``epochs`` of one run."""
+    return {p: sum(e["estimates"].get(p, {}).get("io", 0) for e in epochs)
+            for p in ("separate", "shared")}
 
 
 def sweep_segments(all_files: list[str], cfg: dict, tmp: Path) -> list[str]:

@@ -13,7 +13,16 @@ from strata import Dataflow
 from strata.controller import Controller
 from strata.queries.sql import parse_sql
 from strata.series import Series, add_series, series_stage_name
-from strata.series.cost import choose, scan_sharing, view_columns, view_fields
+from strata.series.cost import (
+    Estimate,
+    choose,
+    epoch_estimates,
+    learned,
+    measured,
+    scan_sharing,
+    view_columns,
+    view_fields,
+)
 from strata.series.normalize import plan_series
 from strata.series.windows import Schedule, Segments
 from tests.series.clicklog import COLUMNS, DDL, canon, duckdb_answer, segment
@@ -121,3 +130,53 @@ def test_raw_and_auto_plans_answer_as_views_do(spark, tmp_path):
         # raw3 keeps no views (auto3's next window starts after segment 6)
         kept = {r["view"] for r in state}
         assert kept == {v.fingerprint for v in program.plans["views2"].view_list()}
+
+
+def test_kappa_learns_measured_over_estimated_per_part():
+    kappa = learned({}, {"read": 100.0, "shuffled": 50.0, "written": 0.0},
+                    {"read": 200.0, "shuffled": 25.0, "written": 7.0})
+    assert kappa == {"read": 2.0, "shuffled": 0.5}  # nothing estimated: nothing learned
+    kappa = learned(kappa, {"read": 100.0, "shuffled": 50.0, "written": 10.0},
+                    {"read": 100.0, "shuffled": 50.0, "written": 30.0})
+    assert kappa == {"read": 1.5, "shuffled": 0.75, "written": 3.0}  # an EWMA
+    assert learned(kappa, None, {"read": 1.0}) == kappa
+    scan = {"shared": {"read": 10.0, "shuffled": 40.0, "written": 5.0},
+            "separate": {"read": 30.0, "shuffled": 8.0, "written": 5.0}}
+    est = epoch_estimates(scan, Estimate(4.0, 0.0, 1.0), kappa)
+    assert est["shared"] == {"read": 21, "shuffled": 30, "written": 18, "io": 69}
+    assert est["separate"] == {"read": 51, "shuffled": 6, "written": 18, "io": 75}
+    # the runner's measurement, with the files the driver wrote
+    assert measured({"spark_io": {"read": 1, "shuffled": 2, "written": 3},
+                     "driver_bytes_written": 4}) == {"read": 1, "shuffled": 2, "written": 7}
+    assert measured({}) is None
+
+
+def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tmp_path):
+    rng = random.Random(4)
+    segments = [segment(rng, 60) for _ in range(4)]
+    series = [Series(f"k{i}", f"SELECT {k}, count(*) AS n, sum(B) AS s FROM log GROUP BY {k}",
+                     {"log": "log[-1]"}) for i, k in enumerate(["A", "C", "D"])]
+    df = Dataflow("clicks")
+    df.source("log", DDL)
+    add_series(df, "log", series, shared_scan="auto")
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        reports = []
+        for i, seg in enumerate(segments):
+            pq.write_table(seg, tmp_path / f"s{i}.parquet")
+            c.ingest("log", [str(tmp_path / f"s{i}.parquet")])
+            reports += c.run()
+        io = [r.metrics["spark_io"] for r in reports]
+        assert all(x["read"] > 0 and x["shuffled"] > 0 for x in io), io
+        assert not reports[0].metrics["epoch_estimates"]  # no statistics yet
+        for r in reports[1:]:
+            est = r.metrics["epoch_estimates"]
+            assert set(est) == {"shared", "separate"}
+            cheaper = min(est, key=lambda p: est[p]["io"])
+            assert (r.metrics["views_in_jumbo_pass"] == 3) == (cheaper == "shared")
+        state = c.runner.committed(c.dataflow.stages[series_stage_name("log")]).state
+        assert set(state["stats"]["kappa"]) == {"read", "shuffled", "written"}
+        assert state["scan"]["estimates"] and not state["scan"]["forced"]
+        for s in series:
+            for n, _ in c.stored_increments(s.name):
+                want = duckdb_answer(s.sql, {"log": range(n - 1, n)}, segments)
+                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)

@@ -86,6 +86,9 @@ class StageProgram(ABC):
     # bump when a pickled program of the class changes shape: a stage registered in a
     # home (physical/registration.py) keeps the version it was compiled with
     format_version: ClassVar[int] = 1
+    # whether the runner records the epoch's Spark I/O in its metrics (``spark_io``):
+    # for programs whose plans learn from their own costs (docs/series.md)
+    records_spark_io: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, ctx: EpochContext) -> EpochOutcome:

@@ -30,6 +30,7 @@ from strata.physical.program import (
     read_state,
 )
 from strata.physical.session import default_parallelism, get_spark, is_connect
+from strata.physical.spark_io import io_since, newest_job
 from strata.physical.translate import MODES, TranslateProgram
 from strata.storage.direct_columns import STORES
 from strata.storage.home import Home
@@ -181,8 +182,11 @@ class SparkStageRunner:
             sc = self.spark.sparkContext
             sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({program.kind})")
         crash_later("during-job", 0.5)
+        first = None if connect or not program.records_spark_io else newest_job(self.spark)
         try:
             outcome = program.run(ctx)
+            if first is not None:
+                outcome.metrics["spark_io"] = io_since(self.spark, first)
         except StrataError:
             program.discard(ctx)
             raise

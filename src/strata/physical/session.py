@@ -71,6 +71,9 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.ui.enabled", "true")
         .config("spark.ui.port", "0")
+        # Parquet's vectored reads bypass the Hadoop statistics behind Spark's input bytes
+        # (only footers are counted); strata's cost model learns from those bytes
+        .config("spark.hadoop.parquet.hadoop.vectored.io.enabled", "false")
         .config("spark.driver.memory", os.environ.get("STRATA_DRIVER_MEMORY", "4g"))
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
@@ -185,21 +186,52 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
 
 def occurrences_io(due: Mapping[str, SeriesPlan], newest: int,
                    view_bytes: Mapping[str, float], answer_bytes: Mapping[str, float]
-                   ) -> float | None:
+                   ) -> Estimate:
     """The I/O the occurrences due at ``newest`` add to an epoch whichever way its views
     are computed: each reads the views of its window (``V`` per view and segment) and
-    writes its answer (as big as its earlier answers). None without statistics."""
-    total = 0.0
+    writes its answer (as big as its earlier answers; nothing for a first answer)."""
+    read = written = 0.0
     for name, plan in due.items():
-        if name not in answer_bytes:
-            return None
-        total += answer_bytes[name]
+        written += answer_bytes.get(name, 0.0)
         window = plan.schedule.window(newest)
         for v in plan.view_list():
-            if v.fingerprint not in view_bytes:
-                return None
-            total += len(window[v.table]) * view_bytes[v.fingerprint]
-    return total
+            read += len(window[v.table]) * view_bytes.get(v.fingerprint, 0.0)
+    return Estimate(read, 0.0, written)
+
+
+def epoch_estimates(scan: Mapping[str, Mapping[str, float]], answering: Estimate,
+                    kappa: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Each scan plan's estimate of the whole epoch (its views and the occurrences),
+    each part scaled by what earlier epochs measured over what was estimated (``κ``)."""
+    out = {}
+    for plan, e in scan.items():
+        parts = {p: kappa.get(p, 1.0) * (e[p] + getattr(answering, p))
+                 for p in ("read", "shuffled", "written")}
+        out[plan] = Estimate(**parts).to_json()
+    return out
+
+
+def measured(metrics: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """An epoch's bytes as Spark measured them (``spark_io`` in its metrics), with the
+    files the driver wrote (Spark does not see those)."""
+    io = (metrics or {}).get("spark_io")
+    if not io:
+        return None
+    return {**io, "written": io["written"] + (metrics or {}).get("driver_bytes_written", 0)}
+
+
+def learned(kappa: Mapping[str, float], estimated: Mapping[str, float] | None,
+            measured: Mapping[str, float] | None) -> dict[str, float]:
+    """``κ`` with an epoch's measured over estimated bytes folded in, per part (read,
+    shuffled, written): how far the model's formulas are from this stream's data."""
+    out = dict(kappa)
+    if not estimated or not measured:
+        return out
+    for part in ("read", "shuffled", "written"):
+        if estimated.get(part, 0) > 0 and part in measured:
+            out.update(updated({part: out[part]} if part in out else {},
+                               {part: measured[part] / estimated[part]}))
+    return out
 
 
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:

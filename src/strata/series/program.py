@@ -35,7 +35,15 @@ from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
-from strata.series.cost import choose, occurrences_io, scan_sharing, updated
+from strata.series.cost import (
+    choose,
+    epoch_estimates,
+    learned,
+    measured,
+    occurrences_io,
+    scan_sharing,
+    updated,
+)
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
@@ -123,6 +131,7 @@ class SeriesProgram(StageProgram):
     """The compiled jumbo stage of one stream: its series, their plans and outputs."""
 
     kind = "series"
+    records_spark_io = True  # the cost model learns from the epochs' measured bytes
 
     def __init__(self, stream: str, columns: Mapping[str, str], series: Sequence[Series],
                  shared_scan: bool | str = False) -> None:
@@ -244,15 +253,19 @@ class SeriesProgram(StageProgram):
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
                      if key[1] == n and jumbo_eligible(v) and self.keeps(
                          self._last_reader(*key), n)]
-            share, scan_estimates = scan_sharing(
+            kappa = learned(stats.get("kappa", {}), (ctx.committed.state or {}).get(
+                "estimate"), measured(ctx.committed.metrics))
+            _, scan_estimates = scan_sharing(
                 [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}))
-            if self.shared_scan != "auto":
-                share = bool(self.shared_scan)
             answering = occurrences_io({s.name: self.active[s.name] for s in due}, n,
                                        stats.get("views", {}), stats.get("answers", {}))
-            epoch_estimates = {plan: e["io"] + answering for plan, e in scan_estimates.items()
-                               } if answering is not None else {}
+            estimates = epoch_estimates(scan_estimates, answering, kappa)
+            share = bool(self.shared_scan) if self.shared_scan != "auto" else bool(
+                estimates) and estimates["shared"]["io"] < estimates["separate"]["io"]
             jumbo = jumbo if len(jumbo) > 1 and share else []
+            ran = "shared" if jumbo else "separate"
+            estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
+                        for p in ("read", "shuffled", "written")} if scan_estimates else None
             fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
             # stored views are co-located: appended to a table per view, bucketed by the
@@ -311,16 +324,18 @@ class SeriesProgram(StageProgram):
         state = {**self.carried(ctx.committed.state, n), "segment": n,
                  "views": self._still_read(views, n), "choices": choices,
                  "scan": {"shared": bool(jumbo), "views": len(jumbo) or len(keep),
-                          "forced": self.shared_scan != "auto", "estimates": scan_estimates},
+                          "forced": self.shared_scan != "auto", "estimates": estimates},
+                 "estimate": estimate,  # the model's, unscaled: κ learns from it
                  "stats": {"columns": updated(stats.get("columns", {}),
                                               column_bytes(segments[n])),
                            "views": updated(stats.get("views", {}), {
                                fp: e[str(n)]["bytes"] for fp, e in written.items()
-                               if str(n) in e and "branch" not in e[str(n)]}),
+                               if str(n) in e}),
                            "answers": updated(stats.get("answers", {}), {
-                               name: o.bytes for name, o in outputs.items()})}}
+                               name: o.bytes for name, o in outputs.items()}),
+                           "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
-                   "scan_estimates": scan_estimates, "epoch_estimates": epoch_estimates,
+                   "epoch_estimates": estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
                    # files the driver wrote (small views, answers): Spark does not count them
@@ -488,3 +503,4 @@ def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, d
     window = plan.schedule.window(n)
     return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
                for v in plan.view_list() for j in window[v.table])
+
