@@ -263,10 +263,11 @@ def plot(result: dict, path: str) -> None:
         xs = [p["branches"] for p in at]
         line, = axes[3].plot(xs, [p["measured_io"]["shared"] / p["measured_io"]["separate"]
                                   for p in at], marker="o", label=f"{sel:.0%} measured")
-        if all(p["estimated_io"]["separate"] for p in at):
-            axes[3].plot(xs, [p["estimated_io"]["shared"] / p["estimated_io"]["separate"]
-                              for p in at], ls="--", color=line.get_color(),
-                         label=f"{sel:.0%} estimated")
+        known = [p for p in at if p["estimated_io"]["separate"]]  # one branch: none
+        axes[3].plot([p["branches"] for p in known],
+                     [p["estimated_io"]["shared"] / p["estimated_io"]["separate"]
+                      for p in known], ls="--", color=line.get_color(),
+                     label=f"{sel:.0%} estimated")
     axes[3].axhline(1.0, color="grey", lw=0.8)
     axes[3].set_xscale("log", base=2)
     axes[3].set_xlabel("branches sharing the scan")

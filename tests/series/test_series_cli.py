@@ -76,6 +76,7 @@ def test_series_from_the_cli(spark, tmp_path):
     explained = ok("series", "explain", "last2", "--home", home).stdout
     assert "merge (⊗) the 2 partial(s)" in explained
     assert "plan at segment 4: views (forced by the series)" in explained
+    assert "last epoch's I/O, measured by Spark" in explained  # beside any estimates
     daily = json.loads(ok("series", "explain", "daily", "--home", home, "--json").stdout)
     assert daily["plan"] in ("views", "raw")  # the cost model's, with both estimates
     assert set(daily["estimates"]) == {"views", "raw"}

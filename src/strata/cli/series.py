@@ -138,8 +138,13 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
             program, _ = registry.find(catalog, name)
         snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
         choice = (snap.state or {}).get("choices", {}).get(name)
+        from strata.series.cost import measured
+
+        scan = (snap.state or {}).get("scan")
+        if scan is not None:
+            scan = {**scan, "measured": measured(snap.metrics)}
         _print_explain(program, name, json_out, registered=True, choice=choice,
-                       epoch=snap.epoch, scan=(snap.state or {}).get("scan"))
+                       epoch=snap.epoch, scan=scan)
 
 
 @app.command("show")
@@ -403,15 +408,24 @@ def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
 
 
 def _scan_lines(scan: dict | None) -> list[str]:
-    """How the stream's last segment computed its stored partial views."""
-    if not scan or scan.get("views", 0) < 2:
+    """How the stream's last epoch computed the new segment's stored partial views: the
+    estimated I/O of the epoch under both scan plans, and what Spark measured."""
+    if not scan:
         return []
-    how = "one jumbo pass" if scan["shared"] else "a plan per view"
-    why = "set by the stage" if scan.get("forced") else "the cost model's choice"
-    lines = [f"scan of the last segment: {scan['views']} stored partial views in {how} "
-             f"({why})"]
-    for plan, est in sorted(scan.get("estimates", {}).items()):
-        lines.append(f"  {plan}: estimated I/O {output.size(est['io'])} (read "
-                     f"{output.size(est['read'])}, shuffled {output.size(est['shuffled'])}, "
-                     f"written {output.size(est['written'])})")
+    lines = []
+    if scan.get("views", 0) >= 2:
+        how = "one jumbo pass" if scan["shared"] else "a plan per view"
+        why = "set by the stage" if scan.get("forced") else "the cost model's choice"
+        lines.append(f"scan of the last segment: {scan['views']} stored partial views in "
+                     f"{how} ({why})")
+    ran = "shared" if scan["shared"] else "separate"
+    rows = [(f"estimated, {plan}" + (" (ran)" if plan == ran else ""), est)
+            for plan, est in sorted(scan.get("estimates", {}).items())]
+    if scan.get("measured"):
+        got = scan["measured"]
+        rows.append(("measured by Spark", {**got, "io": sum(got.values())}))
+    for label, io in rows:
+        lines.append(f"  last epoch's I/O, {label}: {output.size(io['io'])} (read "
+                     f"{output.size(io['read'])}, shuffled {output.size(io['shuffled'])}, "
+                     f"written {output.size(io['written'])})")
     return lines
