@@ -14,12 +14,18 @@ WEEKLY = "SELECT A, B, count(*) AS hits FROM log WHERE A <> 'gb' GROUP BY A, B"
 DAILY = "SELECT A, B, count(*) AS n FROM log WHERE A <> 'gb' GROUP BY A, B"
 
 
-def test_series_from_the_cli(spark, tmp_path):
+def _clicks_home(tmp_path):
+    """A pipeline with the stream ``log`` only, registered in a new home."""
     pipeline = tmp_path / "clicks.py"
     pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('clicks')\n"
                         f"dataflow.source('log', {DDL!r})\n")
     home = tmp_path / "home"
     ok("run", pipeline, "--home", home)
+    return pipeline, home
+
+
+def test_series_from_the_cli(spark, tmp_path):
+    pipeline, home = _clicks_home(tmp_path)
     rng = random.Random(5)
     segments = [segment(rng, 25) for _ in range(4)]
 
@@ -92,11 +98,7 @@ def test_series_from_the_cli(spark, tmp_path):
 
 
 def test_correcting_a_segment_from_the_cli(spark, tmp_path):
-    pipeline = tmp_path / "clicks.py"
-    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('clicks')\n"
-                        f"dataflow.source('log', {DDL!r})\n")
-    home = tmp_path / "home"
-    ok("run", pipeline, "--home", home)
+    pipeline, home = _clicks_home(tmp_path)
     rng = random.Random(8)
     segments = [segment(rng, 20) for _ in range(3)]
     for i, seg in enumerate(segments):

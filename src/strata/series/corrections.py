@@ -177,6 +177,7 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         views.setdefault(fp, {}).update(by_segment)
     carried = program.carried(state, n)
     new_state = {**state, **carried, "views": views, "choices": choices,
+                 "estimate": None,  # κ learns from segment epochs only
                  "corrections": [*carried["corrections"], [ctx.epoch, n]],
                  "replaced": {**carried["replaced"],
                               **{str(k): inc.to_json() for k, inc in replaced.items()}}}

@@ -5,10 +5,11 @@ read (one per fingerprint, however many series or tables share it), stores those
 later in tables bucketed by their key (co-located), then answers every series that is
 due with that segment from the views of its window and writes each answer as an
 increment of the series' output flow. Epoch *n* of the stage is segment *n* of the
-stream, so ``strata show SERIES --epoch n`` is the occurrence whose newest segment is
-*n*. Per series, the cost model (:mod:`strata.series.cost`) may run the plan that reads
-the raw window again instead; with ``shared_scan`` the new segment's stored partial
-views are computed in one jumbo pass.
+stream until a correction takes an epoch of its own (:mod:`strata.series.corrections`;
+:func:`~strata.series.stored.occurrence_epoch` maps occurrences to epochs). Per series,
+the cost model (:mod:`strata.series.cost`) may run the plan that reads the raw window
+again instead; with ``shared_scan`` (or by the cost model's choice, ``"auto"``) the new
+segment's stored partial views are computed in one jumbo pass.
 
 The stage keeps the raw segments the longest window needs queued (runnability
 :class:`~strata.model.runnability.sliding`), so a series registered later, or switching
@@ -86,7 +87,8 @@ class Series:
     period: int = 1
     plan: str = "auto"  # views | raw | auto: the cost model picks (strata.series.cost)
     # how many of the newest segments a correction may replace and still re-emit this
-    # series' occurrences that read it, as changes (0: corrections never re-emit them)
+    # series' occurrences that read it, as changes (0: corrections never re-emit them;
+    # series pickled before it existed read the class default)
     lateness: int = 0
 
     def __post_init__(self) -> None:
@@ -141,7 +143,7 @@ class SeriesProgram(StageProgram):
         self.stream = stream
         self.columns = dict(columns)  # the stream's columns -> Spark types
         self.series = tuple(series)
-        # the jumbo pass: off by default, it measured more shuffle than it saved in scans
+        # the jumbo pass: off by default, it pays only where filters are selective
         # (docs/series.md, "Measured"); "auto": the cost model decides per segment
         if shared_scan not in (True, False, "auto"):
             raise StrataError(f"shared_scan is True, False or 'auto', not {shared_scan!r}")
@@ -150,12 +152,6 @@ class SeriesProgram(StageProgram):
         self._raw_plans: dict[str, SeriesPlan] | None = None
         self._active: dict[str, SeriesPlan] | None = None
         self.plans  # noqa: B018  (parse now: a bad series fails at registration)
-
-    def __setstate__(self, state: dict) -> None:  # series pickled before lateness existed
-        self.__dict__.update(state)
-        self.series = tuple(s if hasattr(s, "lateness") else Series(**{**s.__dict__,
-                                                                       "lateness": 0})
-                            for s in self.series)
 
     def __getstate__(self) -> dict:  # plans key views by node identity: rebuilt on load
         return {**self.__dict__, "_plans": None, "_raw_plans": None, "_active": None}
@@ -228,7 +224,7 @@ class SeriesProgram(StageProgram):
     def describe(self) -> str:
         return f"series on {self.stream}: {', '.join(s.name for s in self.series) or 'none'}"
 
-    # -- one epoch = one segment --------------------------------------------------------
+    # -- one epoch = one segment, or the corrections waiting ------------------------------
     def run(self, ctx: EpochContext) -> EpochOutcome:
         if ctx.inputs.get(corrections_flow(self.stream)):
             return correct(self, ctx)
