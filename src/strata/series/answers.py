@@ -12,7 +12,7 @@ from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
 from strata.queries.expressions import MULT
 from strata.series.corrections import OCCURRENCE, changes_flow
-from strata.series.stored import occurrence_epoch, segment_of
+from strata.series.stored import epoch_occurrence, occurrence_epoch, segment_of
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.increments import read_records
@@ -36,8 +36,7 @@ def series_answer(home: str | os.PathLike[str] | Home, name: str,
             if changes_flow(name) in flows else []
     finally:
         catalog.close()
-    corrections = (state.state or {}).get("corrections", [])
-    by_occurrence = {e - sum(1 for c, _ in corrections if c < e): e for e in answered}
+    by_occurrence = {epoch_occurrence(state.state, e): e for e in answered}
     if occurrence is None:
         if not by_occurrence:
             raise StrataError(f"series {name!r} has not answered an occurrence yet")

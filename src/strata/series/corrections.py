@@ -43,8 +43,9 @@ from strata.series.stored import (
     SEGMENT,
     SEGMENTS,
     increment_of,
-    rows_of,
+    merged,
     segment_of,
+    view_entry,
     view_tables,
     views_of,
     write_answer,
@@ -128,9 +129,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                 if fp in views_by_fp for k in taken if str(k) in by_segment}
         reemit = _reemitted(program, n, taken)
         old_needed, new_needed = _unstored(program, reemit, stored, redo, before)
-        new_fresh = program._plain_frames(ctx, {**before, **replaced}, {**redo, **new_needed},
+        new_fresh = program.plain_frames(ctx, {**before, **replaced}, {**redo, **new_needed},
                                           dict.fromkeys([*redo, *new_needed], 1), cached)
-        old_fresh = program._plain_frames(ctx, before, old_needed,
+        old_fresh = program.plain_frames(ctx, before, old_needed,
                                           dict.fromkeys(old_needed, 1), cached)
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                              ctx.token)
@@ -142,18 +143,13 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         crashpoint("series-after-corrected-views")
         written: dict[str, dict[str, dict]] = {}
         for (fp, k), staged in zip(sorted(redo), tables.staged, strict=True):
-            files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
-                     for f in staged.files]
-            written.setdefault(fp, {})[str(k)] = {
-                "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
-                "records": rows_of(staged.files), "ddl": staged.ddl,
-                "bucketed": bool(staged.lineage)}
+            written.setdefault(fp, {})[str(k)] = view_entry(ctx.layout, fp, staged)
         driver: set[str] = set()
         answers = []
+        old_read = functools.partial(program.read_views, spark, tables, stored, old_fresh)
+        new_read = functools.partial(program.read_views, spark, tables, stored, new_fresh)
         for name, newest in reemit.items():
             plan = program.active[name]
-            old_read = functools.partial(program._read_views, spark, tables, stored, old_fresh)
-            new_read = functools.partial(program._read_views, spark, tables, stored, new_fresh)
             diffs = [_difference(occurrence(plan, m, old_read, spark),
                                  occurrence(plan, m, new_read, spark), m) for m in newest]
             if diffs:
@@ -169,12 +165,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         for d in cached:
             d.unpersist()
         set_confs(spark, previous)
-    views = {fp: dict(by_segment) for fp, by_segment in stored.items()}
-    for by_segment in views.values():
-        for k in taken:
-            by_segment.pop(str(k), None)  # views of a series no longer reading them go
-    for fp, by_segment in written.items():
-        views.setdefault(fp, {}).update(by_segment)
+    # the corrected segments' old views go, those of a series no longer reading them too
+    views = merged({fp: {j: e for j, e in by_segment.items() if int(j) not in taken}
+                    for fp, by_segment in stored.items()}, written)
     carried = program.carried(state, n)
     new_state = {**state, **carried, "views": views, "choices": choices,
                  "estimate": None,  # κ learns from segment epochs only

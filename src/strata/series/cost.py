@@ -224,14 +224,11 @@ def learned(kappa: Mapping[str, float], estimated: Mapping[str, float] | None,
             measured: Mapping[str, float] | None) -> dict[str, float]:
     """``κ`` with an epoch's measured over estimated bytes folded in, per part (read,
     shuffled, written): how far the model's formulas are from this stream's data."""
-    out = dict(kappa)
     if not estimated or not measured:
-        return out
-    for part in ("read", "shuffled", "written"):
-        if estimated.get(part, 0) > 0 and part in measured:
-            out.update(updated({part: out[part]} if part in out else {},
-                               {part: measured[part] / estimated[part]}))
-    return out
+        return dict(kappa)
+    return updated(kappa, {part: measured[part] / estimated[part]
+                           for part in ("read", "shuffled", "written")
+                           if estimated.get(part, 0) > 0 and part in measured})
 
 
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:

@@ -61,9 +61,9 @@ from strata.series.stored import (
     increment_of,
     merged,
     replaced_segments,
-    rows_of,
     segment_of,
     spark_schema,
+    view_entry,
     view_tables,
     views_of,
     write_answer,
@@ -262,7 +262,7 @@ class SeriesProgram(StageProgram):
             ran = "shared" if jumbo else "separate"
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
                         for p in ("read", "shuffled", "written")} if scan_estimates else None
-            fresh = self._plain_frames(ctx, segments, {k: v for k, v in wanted.items()
+            fresh = self.plain_frames(ctx, segments, {k: v for k, v in wanted.items()
                                                        if k not in jumbo}, uses, cached)
             # stored views are co-located: appended to a table per view, bucketed by the
             # group key, so that merging a window's views does not shuffle them again
@@ -285,12 +285,7 @@ class SeriesProgram(StageProgram):
             written: dict[str, dict[str, dict]] = {}
             driver_bytes = 0
             for (fp, j), staged in zip(keep, tables.staged, strict=True):
-                files = [fs.join(ctx.layout.table_dir(fp), f.rsplit("/", 1)[1])
-                         for f in staged.files]  # where commit_files moves them
-                written.setdefault(fp, {})[str(j)] = {
-                    "files": files, "bytes": sum(fs.size_of(f) for f in staged.files),
-                    "records": rows_of(staged.files), "ddl": staged.ddl,
-                    "bucketed": bool(staged.lineage)}
+                written.setdefault(fp, {})[str(j)] = view_entry(ctx.layout, fp, staged)
                 if staged.rows is not None:  # an append small enough for the driver
                     driver_bytes += written[fp][str(j)]["bytes"]
             for i, (fp, j) in enumerate(jumbo):
@@ -304,7 +299,7 @@ class SeriesProgram(StageProgram):
                 if not _window_present(plan, n, views, fresh):
                     skipped.append(s.name)
                     continue
-                read = functools.partial(self._read_views, spark, tables, views, fresh)
+                read = functools.partial(self.read_views, spark, tables, views, fresh)
                 answers.append(functools.partial(
                     write_answer, ctx, s.name, self.output_ddl(s.name),
                     occurrence(plan, n, read, spark), driver_answers,
@@ -379,7 +374,7 @@ class SeriesProgram(StageProgram):
                         uses[key] = uses.get(key, 0) + 1
         return wanted, uses
 
-    def _plain_frames(self, ctx: EpochContext, segments: Mapping[int, Increment],
+    def plain_frames(self, ctx: EpochContext, segments: Mapping[int, Increment],
                       wanted: Mapping[tuple[str, int], View],
                       uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
                       ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
@@ -416,7 +411,7 @@ class SeriesProgram(StageProgram):
                     keep.setdefault(fp, {})[j] = entry
         return keep
 
-    def _read_views(self, spark: SparkSession, tables: QueryTables,
+    def read_views(self, spark: SparkSession, tables: QueryTables,
                     stored: Mapping[str, Mapping[str, dict]],
                     fresh: Mapping[tuple[str, int], tuple[View, DataFrame]], view: View,
                     window: range) -> DataFrame:

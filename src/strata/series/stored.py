@@ -16,6 +16,7 @@ from strata.physical.program import EpochContext
 from strata.physical.runner import spark_failure
 from strata.queries.frames import DRIVER_ROWS, write_parquet
 from strata.storage import fs
+from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, write_table
 from strata.storage.manifest import StateSnapshot
 
@@ -41,6 +42,17 @@ def view_tables(views: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
                                     "lineage": ["_g"] if e["bucketed"] else []})
             t["files"] += e["files"]
     return out
+
+
+def view_entry(layout: StageLayout, view: str, staged: Any) -> dict:
+    """The state's entry of a view's segment staged for its co-located table (a
+    ``QueryTables`` staged write): the files where committing moves them, their bytes and
+    rows, the table's columns and whether it is bucketed."""
+    return {"files": [fs.join(layout.table_dir(view), f.rsplit("/", 1)[1])
+                      for f in staged.files],
+            "bytes": sum(fs.size_of(f) for f in staged.files),
+            "records": rows_of(staged.files), "ddl": staged.ddl,
+            "bucketed": bool(staged.lineage)}
 
 
 def column_bytes(segment: Increment) -> dict[str, float]:
@@ -95,6 +107,13 @@ def occurrence_epoch(state: Mapping[str, Any] | None, newest: int) -> int:
     segment number, shifted by the correction epochs that ran before it."""
     taken = (state or {}).get("corrections", [])
     return newest + sum(1 for _, segment in taken if segment < newest)
+
+
+def epoch_occurrence(state: Mapping[str, Any] | None, epoch: int) -> int:
+    """The occurrence (its newest segment) a segment epoch answered: the inverse of
+    :func:`occurrence_epoch`."""
+    taken = (state or {}).get("corrections", [])
+    return epoch - sum(1 for corrected_at, _ in taken if corrected_at < epoch)
 
 
 def replaced_segments(state: Mapping[str, Any] | None) -> dict[int, Increment]:
