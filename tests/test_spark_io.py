@@ -30,3 +30,16 @@ def test_io_since_counts_what_spark_reports_and_the_columns_a_scan_reads(spark, 
     written = sum(p.stat().st_size for p in (tmp_path / "out").glob("part-*"))
     assert io["written"] == written
     assert io_since(spark, newest_job(spark)) == {"read": 0, "shuffled": 0, "written": 0}
+
+
+def test_a_status_store_that_cannot_be_read_measures_nothing(spark, monkeypatch):
+    """A measurement never fails an epoch: a store whose reads fail gives None."""
+    from strata.physical import spark_io
+
+    class Broken:
+        def jobsList(self, _):  # noqa: N802  (the JVM method's name)
+            raise RuntimeError("py4j: the store went away")
+
+    monkeypatch.setattr(spark_io, "_store", lambda _spark: Broken())
+    assert newest_job(spark) is None
+    assert io_since(spark, 3) is None

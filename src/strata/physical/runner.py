@@ -185,8 +185,6 @@ class SparkStageRunner:
         first = None if connect or not program.records_spark_io else newest_job(self.spark)
         try:
             outcome = program.run(ctx)
-            if first is not None:
-                outcome.metrics["spark_io"] = io_since(self.spark, first)
         except StrataError:
             program.discard(ctx)
             raise
@@ -199,6 +197,8 @@ class SparkStageRunner:
                 self.spark.removeTag(tag)
             else:
                 sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
+        if first is not None:  # after the epoch's try: a measurement never discards it
+            outcome.metrics["spark_io"] = io_since(self.spark, first)
         snap = commit(ctx, program, outcome)
         return EpochResult(stage.name, epoch, snap.outputs, snap, snap.metrics)
 

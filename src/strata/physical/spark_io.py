@@ -13,20 +13,31 @@ from pyspark.sql import SparkSession
 
 
 def newest_job(spark: SparkSession) -> int | None:
-    """The id of the newest job Spark knows (-1 if none; None without a status store)."""
+    """The id of the newest job Spark knows (-1 if none; None without a status store or
+    if it cannot be read: a measurement never fails an epoch)."""
     store = _store(spark)
     if store is None:
         return None
-    jobs = store.jobsList(None)  # newest first
-    return int(jobs.apply(0).jobId()) if jobs.size() else -1
+    try:
+        jobs = store.jobsList(None)  # newest first
+        return int(jobs.apply(0).jobId()) if jobs.size() else -1
+    except Exception:  # noqa: BLE001  (a py4j failure reading the store)
+        return None
 
 
 def io_since(spark: SparkSession, after: int) -> dict[str, int] | None:
     """Bytes read (input), shuffled (shuffle write) and written (output) by the jobs
-    newer than job ``after``, each stage counted once."""
+    newer than job ``after``, each stage counted once; None if the store cannot be read."""
     store = _store(spark)
     if store is None:
         return None
+    try:
+        return _io_since(store, after)
+    except Exception:  # noqa: BLE001  (a py4j failure reading the store)
+        return None
+
+
+def _io_since(store, after: int) -> dict[str, int]:
     jobs = store.jobsList(None)
     stages: set[int] = set()
     for i in range(jobs.size()):

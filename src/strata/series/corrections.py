@@ -45,7 +45,7 @@ from strata.series.stored import (
     increment_of,
     merged,
     segment_of,
-    view_entry,
+    staged_views,
     view_tables,
     views_of,
     write_answer,
@@ -141,9 +141,7 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                          ["_g"] if view.kind == "partial" else [], "append")
         run_all(spark, tables.writes())
         crashpoint("series-after-corrected-views")
-        written: dict[str, dict[str, dict]] = {}
-        for (fp, k), staged in zip(sorted(redo), tables.staged, strict=True):
-            written.setdefault(fp, {})[str(k)] = view_entry(ctx.layout, fp, staged)
+        written, driver_bytes = staged_views(ctx.layout, sorted(redo), tables.staged)
         driver: set[str] = set()
         answers = []
         old_read = functools.partial(program.read_views, spark, tables, stored, old_fresh)
@@ -179,7 +177,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
     metrics = {"corrected_segments": taken, "corrections_too_late": too_late,
                "corrections_of_unread_segments": unread, "views_recomputed": len(redo),
                "reemitted": {name: newest for name, newest in reemit.items() if newest},
-               "driver_bytes_written": sum(o.bytes for f, o in outputs.items() if f in driver)}
+               # files the driver wrote (small views, changes): Spark does not count them
+               "driver_bytes_written": driver_bytes + sum(
+                   o.bytes for f, o in outputs.items() if f in driver)}
     return EpochOutcome(outputs, new_state, ctx.num_partitions, metrics)
 
 

@@ -63,7 +63,7 @@ from strata.series.stored import (
     replaced_segments,
     segment_of,
     spark_schema,
-    view_entry,
+    staged_views,
     view_tables,
     views_of,
     write_answer,
@@ -282,12 +282,7 @@ class SeriesProgram(StageProgram):
                 writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
-            written: dict[str, dict[str, dict]] = {}
-            driver_bytes = 0
-            for (fp, j), staged in zip(keep, tables.staged, strict=True):
-                written.setdefault(fp, {})[str(j)] = view_entry(ctx.layout, fp, staged)
-                if staged.rows is not None:  # an append small enough for the driver
-                    driver_bytes += written[fp][str(j)]["bytes"]
+            written, driver_bytes = staged_views(ctx.layout, keep, tables.staged)
             for i, (fp, j) in enumerate(jumbo):
                 entry = increment_of(fs.join(jumbo_dir, f"_b={i}")).to_json()
                 written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}

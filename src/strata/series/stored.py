@@ -55,6 +55,20 @@ def view_entry(layout: StageLayout, view: str, staged: Any) -> dict:
             "bucketed": bool(staged.lineage)}
 
 
+def staged_views(layout: StageLayout, keys: Sequence[tuple[str, int]], staged: Sequence[Any]
+                 ) -> tuple[dict[str, dict[str, dict]], int]:
+    """The state's entries of the views staged for ``keys`` ((view, segment) pairs, in
+    the order of ``staged``), and the bytes of those the driver wrote (an append small
+    enough for the driver has its rows counted): Spark does not count those."""
+    written: dict[str, dict[str, dict]] = {}
+    driver_bytes = 0
+    for (fp, j), s in zip(keys, staged, strict=True):
+        entry = written.setdefault(fp, {})[str(j)] = view_entry(layout, fp, s)
+        if s.rows is not None:
+            driver_bytes += entry["bytes"]
+    return written, driver_bytes
+
+
 def column_bytes(segment: Increment) -> dict[str, float]:
     """Compressed bytes per column of a segment, from its Parquet footers."""
     out: dict[str, float] = {}
