@@ -28,7 +28,7 @@ from strata.queries.algebra import (
     Scan,
     passthrough,
 )
-from strata.queries.errors import QueryError
+from strata.queries.errors import NotIncrementalError, QueryError
 from strata.queries.expressions import MULT, and_all, col, conjuncts, is_aggregate
 from strata.queries.monoids import AggCall, UserAggregate
 
@@ -50,6 +50,13 @@ def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
         raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
     if not isinstance(tree, exp.Select):
         raise QueryError(f"only SELECT queries are supported, not {tree.key.upper()}")
+    over = tree.find(exp.Window)
+    if over is not None:  # found before its columns are checked against a GROUP BY
+        raise NotIncrementalError(
+            f"the window function {over.sql(dialect='spark')!r}", "is not supported",
+            "rank or number rows of the answer after reading it (`strata show`, "
+            "Controller.answer), or use WINDOW(ts, range, slide) in GROUP BY for time "
+            "windows")
     return _Converter(flows, keys or {}, aggregates or {}).query(tree)
 
 

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.sql import parse_sql
@@ -125,8 +126,12 @@ def plan_of(series: Series, stream: str, columns: Mapping[str, str], raw: bool =
         raise StrataError(f"series {series.name!r} binds {sorted(unknown)}, which its query "
                           f"does not read (it reads {tables})")
     schedule = series.schedule(stream, tables)
-    return plan_series(parse_sql(series.sql, dict.fromkeys(tables, dict(columns))),
-                       schedule, columns, raw)
+    try:
+        return plan_series(parse_sql(series.sql, dict.fromkeys(tables, dict(columns))),
+                           schedule, columns, raw)
+    except QueryError as e:  # the same error, saying which series it is about
+        e.args = (f"series {series.name!r}: {e}",)
+        raise
 
 
 class SeriesProgram(StageProgram):
