@@ -166,8 +166,10 @@ class WindowProgram(StageProgram):
         and ``_mult``."""
         plan = self.plan
         cols = {c: t for c, t in plan.columns.items()}
-        d = spark.read.parquet(*files) if files else spark.createDataFrame(
-            [], spark_type(", ".join(f"`{c}` {t}" for c, t in cols.items())))
+        # the flow's schema, as its increments are written: no footers read to infer it
+        schema = spark_type(", ".join(f"`{c}` {t}" for c, t in cols.items()))
+        d = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame(
+            [], schema)
         if "_mult" not in d.columns:
             d = d.withColumn("_mult", F.lit(1).cast("bigint"))
         t = F.expr(plan.time_sql)
@@ -192,7 +194,7 @@ class WindowProgram(StageProgram):
                     ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
                 late, shed = self._skipped(ws, stats, ctx.epoch)
                 cells = self._cells(table.filter(table.column("_pass")))
-                return stats, cells, self._lift_frame(frame).schema, late, shed
+                return stats, cells, table.schema, late, shed
             stats_frame = frame.groupBy("_src", "_pane").agg(
                 F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"),
                 F.max("_t").alias("_hi"))
@@ -205,8 +207,8 @@ class WindowProgram(StageProgram):
                     "string")).isin(tags))
             if plan.group is None:
                 return stats, self._map_reduce(frame), None, late, shed
-            h = self._lift_frame(frame)
-            return stats, self._cells(h.toArrow()), h.schema, late, shed
+            table = self._lift_frame(frame).toArrow()
+            return stats, self._cells(table), table.schema, late, shed
         except StrataError:
             raise
         except Exception as e:
@@ -276,13 +278,16 @@ class WindowProgram(StageProgram):
         assert self.plan.group is not None
         parts = [p.name for p in self.plan.group.parts]
         multiset = {i for i, p in enumerate(self.plan.group.parts) if p.kind == "multiset"}
-        out = []
-        for r in table.select(["_src", "_pane", "_g", *parts]).to_pylist():
-            values = [r[p] for p in parts]
-            for i in multiset:
-                values[i] = dict(values[i] or ())
-            out.append((r["_src"], r["_pane"], tuple(r["_g"].values()), values))
-        return out
+        # column by column: a list per column is several times faster than a dict per row
+        g = table.column("_g").combine_chunks()
+        key_columns = [g.field(i).to_pylist() for i in range(g.type.num_fields)]
+        keys = list(zip(*key_columns, strict=True)) if key_columns else [()] * table.num_rows
+        columns = [table.column(p).to_pylist() for p in parts]
+        for i in multiset:
+            columns[i] = [dict(v or ()) for v in columns[i]]
+        values = [list(v) for v in zip(*columns, strict=True)]  # parts: _cnt at least
+        return list(zip(table.column("_src").to_pylist(), table.column("_pane").to_pylist(),
+                        keys, values, strict=True))
 
     def _map_reduce(self, frame: DataFrame) -> list[tuple[str, int, tuple, list]]:
         mr = self.plan.query.mapreduce
@@ -364,7 +369,7 @@ class WindowProgram(StageProgram):
         return windows, reasons
 
     def _answers(self, spark: SparkSession, windows: Mapping[WindowId, PaneTable],
-                 lift_schema) -> dict[WindowId, list[dict]]:
+                 lift_schema: pa.Schema | None) -> dict[WindowId, list[dict]]:
         """``a`` of each window: its result rows (dicts of the outputs)."""
         plan = self.plan
         out: dict[WindowId, list[dict]] = {w: [] for w in windows}
@@ -379,9 +384,8 @@ class WindowProgram(StageProgram):
                           for k, v in sorted(table.items(), key=lambda kv: repr(kv[0]))
                           if v[0]]
             return out
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        schema = to_arrow_schema(lift_schema)
+        assert lift_schema is not None
+        schema = lift_schema  # the lift's Arrow schema: its key and parts
         parts = [p.name for p in plan.group.parts]
         multiset = {p.name for p in plan.group.parts if p.kind == "multiset"}
         ws_, keys, values = [], [], []
