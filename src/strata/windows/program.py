@@ -118,8 +118,9 @@ class WindowProgram(StageProgram):
             ws.start = first if ws.start is None else min(ws.start, first)
             if (s, p) not in skip:
                 ws.records[(s, p)] = ws.records.get((s, p), 0) + n
+        fresh = {p for _, p, _, _ in cells if p not in ws.cells}  # no cells before now
         deltas = ws.add_cells(plan.algebra, cells)
-        self._apply_deltas(deltas)
+        self._apply_deltas(deltas, fresh)
         if not ws.frontier and stats:  # the first windows: those of the earliest pane
             first = min(p for _, p in stats)
             ws.frontier = {i: spec.windows_of_pane(first).start
@@ -317,11 +318,15 @@ class WindowProgram(StageProgram):
             self._panes[p] = table
         return table
 
-    def _apply_deltas(self, deltas: Mapping[int, PaneTable]) -> None:
+    def _apply_deltas(self, deltas: Mapping[int, PaneTable], fresh: set[int]) -> None:
+        """Add each pane's delta to its cached aggregate; a ``fresh`` pane (no cells
+        before) is its delta (combining never changes a table in place)."""
         algebra = self.plan.algebra
         for p, delta in deltas.items():
             if p in self._panes:
                 self._panes[p] = algebra.combine(self._panes[p], delta)
+            elif p in fresh:
+                self._panes[p] = delta
             for agg in self._sliders:
                 agg.changed(p, delta)
 
