@@ -19,8 +19,9 @@ from strata.model.errors import StrataError
 from strata.series import Series, add_series, series_stage_name
 from strata.series.adhoc import ad_hoc
 from strata.series.answers import series_answer
-from strata.series.corrections import correction
+from strata.series.corrections import correction, latest_per_segment
 from strata.series.registry import check_correction
+from strata.storage.increments import Increment
 from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
 from tests.series.test_random_series import series as random_series
 
@@ -121,7 +122,7 @@ def _corrections(draw, newest):
     """Distinct segments among the first ``newest`` (older ones may be too late), each
     with a row count for its replacement."""
     ks = draw(st.lists(st.integers(1, newest), unique=True, min_size=1, max_size=3))
-    return [(k, draw(st.sampled_from([1, 7, 20]))) for k in ks]
+    return [(k, draw(st.sampled_from([0, 1, 7, 20]))) for k in ks]  # 0: emptied
 
 
 @settings(max_examples=4, deadline=None,
@@ -161,8 +162,8 @@ def test_random_series_with_late_segments_equal_duckdb(spark, defs, lateness, fi
         def correct(fixes):
             n = len(current)
             rows = {k: segment(rng, count) for k, count in fixes}
-            c.ingest("log_corrections", [_write(Path(tmp), correction(t, k), f"fix{n}-{k}")
-                                         for k, t in rows.items()])
+            c.ingest("log_corrections", [_write(Path(tmp), correction(
+                t, k, empty=t.num_rows == 0), f"fix{n}-{k}") for k, t in rows.items()])
             [report] = c.run()
             taken = sorted(k for k in rows if k > n - horizon)
             assert report.metrics["corrected_segments"] == taken
@@ -184,3 +185,22 @@ def test_random_series_with_late_segments_equal_duckdb(spark, defs, lateness, fi
             _, got = series_answer(c.home, name, m)
             want = duckdb_answer(sql, program.plans[name].schedule.window(m), segments)
             assert canon(got.to_pylist()) == canon(want), (name, m)
+
+
+def test_an_emptying_correction_is_a_marker_no_segment_reads(tmp_path):
+    rows = segment(random.Random(2), 5)
+    marker = correction(rows.slice(0, 0), 4, empty=True)
+    assert marker.num_rows == 1 and marker.column("_segment").to_pylist() == [-4]
+    assert marker.drop_columns(["_segment"]).to_pylist() == [
+        dict.fromkeys(rows.column_names)]
+    with pytest.raises(StrataError, match="--empty"):
+        correction(rows.slice(0, 0), 4)
+    with pytest.raises(StrataError, match="emptying segment 4 has no rows; 5"):
+        correction(rows, 4, empty=True)
+    # the later increment wins: segment 4 emptied, then given rows again; 5 emptied
+    first = Increment((_write(tmp_path, marker, "a"),), 1, 0)
+    second = Increment((_write(tmp_path, correction(rows, 4), "b"),
+                        _write(tmp_path, correction(rows.slice(0, 0), 5, empty=True), "c")),
+                       6, 0)
+    assert latest_per_segment([first, second]) == {4: second, 5: second}
+    assert latest_per_segment([second, first]) == {4: first, 5: second}

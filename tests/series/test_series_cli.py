@@ -118,7 +118,7 @@ def test_correcting_a_segment_from_the_cli(spark, tmp_path):
     done = json.loads(ok("series", "correct", "log", 2, tmp_path / "fixed.parquet",
                          "--home", home, "--json").stdout)
     assert done == {"stream": "log", "segment": 2, "flow": "log_corrections",
-                    "increment": 1, "records": 30}
+                    "increment": 1, "records": 30, "emptied": False}
     ok("run", pipeline, "--home", home)
     corrected = [segments[0], fixed, segments[2]]
     for n in (2, 3):  # both occurrences read segment 2
@@ -130,3 +130,17 @@ def test_correcting_a_segment_from_the_cli(spark, tmp_path):
     assert {json.loads(line)["_occurrence"] for line in changes.splitlines()} == {2, 3}
     status = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
     assert "1 correction epoch(s)" in status["summary"]
+    # a segment whose rows were all wrong is emptied
+    neither = invoke("series", "correct", "log", 3, "--home", home)
+    assert neither.exit_code == 1 and "--empty" in neither.output
+    both = invoke("series", "correct", "log", 3, tmp_path / "fixed.parquet", "--empty",
+                  "--home", home)
+    assert both.exit_code == 1 and "one of the two" in both.output
+    emptied = ok("series", "correct", "log", 3, "--empty", "--home", home).stdout
+    assert "segment 3 of log emptied" in " ".join(emptied.split())
+    ok("run", pipeline, "--home", home)
+    corrected[2] = segments[2].slice(0, 0)
+    out = ok("series", "show", "last2", "--occurrence", 3, "--home", home,
+             "--format", "jsonl").stdout
+    assert canon([json.loads(line) for line in out.splitlines()]) == canon(
+        duckdb_answer(WEEKLY, {"log": range(2, 4)}, corrected))

@@ -180,18 +180,21 @@ def correct(
                                           help="The stream whose segment to replace.")],
     segment: Annotated[int, typer.Argument(metavar="SEGMENT", show_default=False,
                                            help="The segment's number (1 = the first).")],
-    paths: Annotated[list[Path], typer.Argument(
+    home: HomeOption,
+    paths: Annotated[list[Path] | None, typer.Argument(
         metavar="PATH...", show_default=False, exists=True, dir_okay=False,
         help="Files with the segment's rows, all of them (checked against the stream's "
-             "schema; a bad file appends nothing).")],
-    home: HomeOption,
+             "schema; a bad file appends nothing).")] = None,
+    empty: Annotated[bool, typer.Option(
+        "--empty", help="Empty the segment (no PATH): its rows were all wrong.")] = False,
     fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
         "--format", help="File format (default: from each file's extension).")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Replace a segment the stream's series have read with the rows of PATH...: the
-    next `strata run` recomputes its views and re-emits, as changes, the occurrences whose
-    windows contain it (for series with a lateness reaching it)."""
+    """Replace a segment the stream's series have read with the rows of PATH... (or
+    empty it with --empty): the next `strata run` recomputes its views and re-emits, as
+    changes, the occurrences whose windows contain it (for series with a lateness
+    reaching it)."""
     from strata.controller.ingest import append_table, checked_external_flow
     from strata.controller.readers import read_source
     from strata.model.schema import to_arrow_schema
@@ -202,18 +205,23 @@ def correct(
         root = _existing_home(home)
         with _catalog(root) as catalog:
             layout = Home(root)
+            if bool(paths) == empty:
+                raise StrataError("give the segment's new rows as PATH..., or --empty "
+                                  "to empty it (one of the two)")
             side = registry.check_correction(catalog, layout, stream, segment)
-            rows = read_source([str(p) for p in paths],
-                               to_arrow_schema(checked_external_flow(layout, catalog, stream)),
-                               fmt, stream)
-            n = append_table(layout, catalog, side, correction(rows, segment))
+            schema = to_arrow_schema(checked_external_flow(layout, catalog, stream))
+            rows = (schema.empty_table() if empty else
+                    read_source([str(p) for p in paths or []], schema, fmt, stream))
+            n = append_table(layout, catalog, side, correction(rows, segment, empty=empty))
         if json_out:
             typer.echo(output.dumps({"stream": stream, "segment": segment, "flow": side,
-                                     "increment": n, "records": rows.num_rows}))
+                                     "increment": n, "records": rows.num_rows,
+                                     "emptied": empty}))
             return
-        output.out().print(f"segment {segment} of [bold]{escape(stream)}[/] replaced by "
-                           f"{rows.num_rows:,} records (increment {n} of {escape(side)}); "
-                           "the next `strata run` re-emits the occurrences that read it")
+        what = "emptied" if empty else f"replaced by {rows.num_rows:,} records"
+        output.out().print(f"segment {segment} of [bold]{escape(stream)}[/] {what} "
+                           f"(increment {n} of {escape(side)}); the next `strata run` "
+                           "re-emits the occurrences that read it")
 
 
 @app.command()

@@ -3,7 +3,8 @@ re-emits, as changes, the occurrences whose windows contain them.
 
 A correction is an increment of the stream's corrections flow (``<stream>_corrections``):
 the stream's columns and ``_segment``, the segment whose rows these rows replace (all of
-them: a segment is replaced whole; the latest correction of a segment wins). The series
+them: a segment is replaced whole; the latest correction of a segment wins). A marker row
+with ``_segment`` negated empties a segment (:func:`correction` with ``empty``). The series
 stage reads corrections in an epoch of their own when no new segment waits
 (:class:`~strata.model.runnability.sliding` with a side flow). That epoch
 
@@ -77,23 +78,35 @@ def corrections_ddl(columns: Mapping[str, str]) -> str:
     return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{CORRECTED}` bigint"])
 
 
-def correction(rows: pa.Table, segment: int) -> pa.Table:
-    """``rows`` (the stream's columns) as a correction replacing segment ``segment``."""
+def correction(rows: pa.Table, segment: int, *, empty: bool = False) -> pa.Table:
+    """``rows`` (the stream's columns) as a correction replacing segment ``segment``.
+    With ``empty`` (and no rows: ``rows`` gives the schema) the correction empties the
+    segment: one marker row, its columns NULL and its ``_segment`` ``-segment`` (a
+    segment is numbered from 1, so no row of a segment looks like it)."""
+    if empty:
+        if rows.num_rows:
+            raise StrataError(f"a correction emptying segment {segment} has no rows; "
+                              f"{rows.num_rows} were given")
+        marker = pa.table({f.name: pa.nulls(1, f.type) for f in rows.schema})
+        return marker.append_column(pa.field(CORRECTED, pa.int64()),
+                                    pa.array([-segment], pa.int64()))
     if rows.num_rows == 0:
-        raise StrataError(f"the correction of segment {segment} has no rows: a correction "
-                          "replaces a segment's rows with at least one row")
+        raise StrataError(f"the correction of segment {segment} has no rows: to empty the "
+                          "segment say so (`strata series correct STREAM SEGMENT --empty`, "
+                          "or correction(rows, segment, empty=True))")
     return rows.append_column(pa.field(CORRECTED, pa.int64()),
                               pa.array([segment] * rows.num_rows, pa.int64()))
 
 
 def latest_per_segment(fixes: Sequence[Increment]) -> dict[int, Increment]:
-    """Segment -> the last increment (in queue order) with rows for it."""
+    """Segment -> the last increment (in queue order) with rows for it, or a marker
+    emptying it (``_segment`` negated: its rows, read by segment number, are none)."""
     out: dict[int, Increment] = {}
     for inc in fixes:
         for fsys, path in map(fs.resolve, inc.files):
             column = pq.read_table(path, columns=[CORRECTED], filesystem=fsys).column(0)
             for k in set(column.drop_null().to_pylist()):
-                out[int(k)] = inc
+                out[abs(int(k))] = inc
     return out
 
 
