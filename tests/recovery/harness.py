@@ -69,11 +69,13 @@ def run_worker(home: Path, crash: str | None = None, kill_after: float | None = 
 
 
 def crash_run(home: Path, crash: str | None, kill_after: float | None = None,
-              pipeline: str = PIPELINE) -> bool:
-    """Ingest everything, then run a controller process that is killed with SIGKILL.
-    True if it was killed (it may finish first when killed after a delay)."""
+              pipeline: str = PIPELINE, jvm_options: str | None = QUICK_JVM) -> bool:
+    """Ingest everything, then run a controller process that is killed with SIGKILL
+    (by default on a JVM for short workers, ``QUICK_JVM``). True if it was killed (it
+    may finish first when killed after a delay)."""
     ingest_all(home, pipeline)
-    rc, _, err = run_worker(home, crash=crash, kill_after=kill_after, pipeline=pipeline)
+    rc, _, err = run_worker(home, crash=crash, kill_after=kill_after, pipeline=pipeline,
+                            jvm_options=jvm_options)
     crashed = rc == -signal.SIGKILL
     assert crashed or (kill_after is not None and rc == 0), f"{crash}: rc={rc}\n{err[-2000:]}"
     return crashed
