@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.recovery.harness import QUICK_JVM
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local_cluster.sh"
 BIN = Path(sys.executable).parent
@@ -163,6 +165,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         "STRATA_CLUSTER_WEBUI_PORT": str(ui),
         "STRATA_CLUSTER_WORKER_WEBUI_PORTS": f"{w1} {w2}",
         "STRATA_CLUSTER_TIMEOUT": "150",
+        "JAVA_TOOL_OPTIONS": QUICK_JVM,  # the daemons and the executors they start
     }
     c = Cluster("", run_dir, env, f"http://127.0.0.1:{ui}/json")
     try:
@@ -178,7 +181,8 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 def driver_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "STRATA_DRIVER_MEMORY": "1g", "PYTHONPATH": str(REPO)}
+           "STRATA_DRIVER_MEMORY": "1g", "PYTHONPATH": str(REPO),
+           "JAVA_TOOL_OPTIONS": QUICK_JVM}
     env.pop("STRATA_MASTER", None)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     env.update(extra or {})
