@@ -280,8 +280,7 @@ class WindowProgram(StageProgram):
         parts = [p.name for p in self.plan.group.parts]
         multiset = {i for i, p in enumerate(self.plan.group.parts) if p.kind == "multiset"}
         # column by column: a list per column is several times faster than a dict per row
-        g = table.column("_g").combine_chunks()
-        key_columns = [g.field(i).to_pylist() for i in range(g.type.num_fields)]
+        key_columns = [c.to_pylist() for c in table.column("_g").combine_chunks().flatten()]
         keys = list(zip(*key_columns, strict=True)) if key_columns else [()] * table.num_rows
         columns = [table.column(p).to_pylist() for p in parts]
         for i in multiset:
