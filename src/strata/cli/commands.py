@@ -52,6 +52,12 @@ PipelineArg = Annotated[
                         "only Dataflow, or `build_dataflow()`."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (no tables).")]
+RecordsFormatOption = Annotated[Literal["table", "jsonl"], typer.Option(
+    "--format", help="A table, or one JSON record per line.")]
+LimitOption = Annotated[int | None, typer.Option(
+    min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")]
+FileFormatOption = Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
+    "--format", help="File format (default: from each file's extension).")]
 
 
 def _home_path(home: Path) -> str:
@@ -295,8 +301,7 @@ def ingest(
         "--remote", metavar="sc://HOST:PORT",
         help="Read --from-table/--sql over a Spark Connect server instead (default: "
              "$STRATA_REMOTE unless --master is given).")] = None,
-    fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
-        "--format", help="File format (default: from each file's extension).")] = None,
+    fmt: FileFormatOption = None,
     end_frame: Annotated[bool, typer.Option(
         "--end-frame", help="Close the open frame after this increment (for consumers "
                             "with frame_by).")] = False,
@@ -497,11 +502,8 @@ def show(
         help="The increment written in epoch N of the flow's producer (or ingest N).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="All stored increments, oldest first.")
                     ] = False,
-    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
-        "--format", help="A table, or one JSON record per line.")] = "table",
-    limit: Annotated[int | None, typer.Option(
-        min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")
-                     ] = None,
+    fmt: RecordsFormatOption = "table",
+    limit: LimitOption = None,
 ) -> None:
     """Print the records of FLOW's newest stored increment (or --epoch N, or --all), a
     query's current answer (FLOW = the query's name), or a stage's state (STAGE.state)."""

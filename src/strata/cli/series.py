@@ -12,8 +12,11 @@ from rich.text import Text
 
 from strata.cli import output
 from strata.cli.commands import (
+    FileFormatOption,
     HomeOption,
     JsonOption,
+    LimitOption,
+    RecordsFormatOption,
     _catalog,
     _existing_home,
     print_records,
@@ -31,13 +34,15 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+SqlArg = Annotated[str, typer.Argument(metavar="SQL", show_default=False,
+                                       help="A SELECT over the stream's tables.")]
+
 
 @app.command()
 def add(
     name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
                                         help="The series' name (also its output flow).")],
-    sql: Annotated[str, typer.Argument(metavar="SQL", show_default=False,
-                                       help="A SELECT over the stream's tables.")],
+    sql: SqlArg,
     home: HomeOption,
     table: Annotated[list[str] | None, typer.Option(
         "--table", metavar="TABLE=STREAM[A:B]",
@@ -155,9 +160,8 @@ def show_(
     occurrence: Annotated[int | None, typer.Option(
         help="The occurrence whose newest segment is N (default: the newest one).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every stored occurrence.")] = False,
-    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
-        "--format", help="A table, or one JSON record per line.")] = "table",
-    limit: Annotated[int | None, typer.Option(min=0, help="Show at most N records.")] = None,
+    fmt: RecordsFormatOption = "table",
+    limit: LimitOption = None,
 ) -> None:
     """Print a series' answer at an occurrence, with the changes corrections of its
     segments re-emitted since (--all: every stored answer as written, by epoch)."""
@@ -187,8 +191,7 @@ def correct(
              "schema; a bad file appends nothing).")] = None,
     empty: Annotated[bool, typer.Option(
         "--empty", help="Empty the segment (no PATH): its rows were all wrong.")] = False,
-    fmt: Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
-        "--format", help="File format (default: from each file's extension).")] = None,
+    fmt: FileFormatOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Replace a segment the stream's series have read with the rows of PATH... (or
@@ -242,8 +245,7 @@ def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
 
 @app.command("query")
 def query(
-    sql: Annotated[str, typer.Argument(metavar="SQL", show_default=False,
-                                       help="A SELECT over the stream's tables.")],
+    sql: SqlArg,
     home: HomeOption,
     table: Annotated[list[str] | None, typer.Option(
         "--table", metavar="TABLE=STREAM[A:B]",
@@ -258,11 +260,8 @@ def query(
         "--remote", metavar="sc://HOST:PORT",
         help="Run over a Spark Connect server instead (default: $STRATA_REMOTE unless "
              "--master is given).")] = None,
-    fmt: Annotated[Literal["table", "jsonl"], typer.Option(
-        "--format", help="A table, or one JSON record per line.")] = "table",
-    limit: Annotated[int | None, typer.Option(
-        min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")
-                     ] = None,
+    fmt: RecordsFormatOption = "table",
+    limit: LimitOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Answer a one-off query over a stream's segments, reading the per-segment views its
