@@ -69,8 +69,10 @@ def test_corrections_reemit_every_occurrence_they_touch(spark, tmp_path):
                                      _write(tmp_path, correction(segments[0], 1), "f2")])
         c.ingest("log_corrections", [_write(tmp_path, correction(fixed[4], 4), "f3"),
                                      _write(tmp_path, correction(fixed[5], 5), "f4")])
+        before = c.runner.committed(df.stages[stage]).state["stats"]
         [report] = c.run()
         assert report.epoch == 6
+        _assert_statistics_take_corrections(before, c.runner.committed(df.stages[stage]).state)
         assert report.metrics["corrected_segments"] == [4, 5]
         assert report.metrics["corrections_too_late"] == [1]
         corrected = [fixed.get(j, s) for j, s in enumerate(segments, 1)]
@@ -115,6 +117,33 @@ def test_corrections_reemit_every_occurrence_they_touch(spark, tmp_path):
         want = duckdb_answer(sql, {"log": range(4, 8)}, corrected)
         assert canon(r.asDict() for r in answer.collect()) == canon(want)
         assert "4: raw segment" in how[0]
+
+
+def _assert_statistics_take_corrections(before: dict, state: dict) -> None:
+    """The cost model's statistics after corrections of segments 4 then 5: each corrected
+    segment's column bytes (from its files' footers) and its recomputed views' bytes
+    folded in, as a new segment's would be (an average weighing the newest by half)."""
+    want = {"columns": dict(before["columns"]), "views": dict(before["views"])}
+    for k in ("4", "5"):
+        sizes: dict[str, int] = {}
+        for f in state["replaced"][k]["files"]:
+            meta = pq.read_metadata(f)
+            for g in range(meta.num_row_groups):
+                for i in range(meta.num_columns):
+                    col = meta.row_group(g).column(i)
+                    sizes[col.path_in_schema] = sizes.get(col.path_in_schema, 0) + \
+                        col.total_compressed_size
+        views = {fp: e[k]["bytes"] for fp, e in state["views"].items() if k in e}
+        assert views, f"segment {k}'s views were recomputed and kept"
+        for part, new in (("columns", sizes), ("views", views)):
+            for name, size in new.items():
+                old = want[part].get(name)
+                want[part][name] = size if old is None else (size + old) / 2
+    got = state["stats"]
+    assert got["columns"] == pytest.approx(want["columns"])
+    assert got["views"] == pytest.approx(want["views"])
+    assert got["columns"] != before["columns"]
+    assert got["answers"] == before["answers"]  # changes are not answers
 
 
 @st.composite

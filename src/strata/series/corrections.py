@@ -13,7 +13,9 @@ stage reads corrections in an epoch of their own when no new segment waits
 2. recomputes that segment's stored views and replaces them in their co-located tables;
 3. for each series with a ``lateness`` reaching the segment, answers every occurrence
    whose window contains it twice, from the views before and after, and writes the
-   difference to ``<series>_changes`` (``_occurrence``, the answer's columns, ``_mult``).
+   difference to ``<series>_changes`` (``_occurrence``, the answer's columns, ``_mult``);
+4. folds the corrected segments' sizes (columns and views) into the cost model's
+   statistics.
 
 Only views are recomputed, never the other segments of a window: the stage keeps every
 view (and raw segment) an occurrence it may re-emit reads, ``lateness`` segments longer
@@ -38,15 +40,18 @@ from strata.physical.program import EpochContext, EpochOutcome
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.tables import QueryTables
+from strata.series.cost import folded
 from strata.series.evaluate import occurrence
 from strata.series.normalize import View
 from strata.series.stored import (
     SEGMENT,
     SEGMENTS,
+    column_bytes,
     increment_of,
     merged,
     segment_of,
     staged_views,
+    view_bytes,
     view_tables,
     views_of,
     write_answer,
@@ -180,7 +185,11 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
     views = merged({fp: {j: e for j, e in by_segment.items() if int(j) not in taken}
                     for fp, by_segment in stored.items()}, written)
     carried = program.carried(state, n)
-    new_state = {**state, **carried, "views": views, "choices": choices,
+    stats = state.get("stats", {})
+    for k in taken:  # a corrected segment is data of the stream like a new one
+        if replaced[k].records:  # an emptied segment says nothing of the others' sizes
+            stats = folded(stats, column_bytes(replaced[k]), view_bytes(written, k), {})
+    new_state = {**state, **carried, "views": views, "choices": choices, "stats": stats,
                  "estimate": None,  # κ learns from segment epochs only
                  "corrections": [*carried["corrections"], [ctx.epoch, n]],
                  "replaced": {**carried["replaced"],

@@ -231,6 +231,15 @@ def learned(kappa: Mapping[str, float], estimated: Mapping[str, float] | None,
                            if estimated.get(part, 0) > 0 and part in measured})
 
 
+def folded(stats: Mapping[str, Any], columns: Mapping[str, float],
+           views: Mapping[str, float], answers: Mapping[str, float]) -> dict[str, Any]:
+    """The stage's statistics with one segment's figures folded in: its columns'
+    compressed bytes, its views' bytes, and the bytes of the answers it gave."""
+    return {**stats, "columns": updated(stats.get("columns", {}), columns),
+            "views": updated(stats.get("views", {}), views),
+            "answers": updated(stats.get("answers", {}), answers)}
+
+
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
     """Statistics with a new segment's figures folded in (an exponential average)."""
     out = dict(old)

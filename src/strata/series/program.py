@@ -40,11 +40,11 @@ from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import (
     choose,
     epoch_estimates,
+    folded,
     learned,
     measured,
     occurrences_io,
     scan_sharing,
-    updated,
 )
 from strata.series.evaluate import (
     jumbo_branch,
@@ -65,6 +65,7 @@ from strata.series.stored import (
     segment_of,
     spark_schema,
     staged_views,
+    view_bytes,
     view_tables,
     views_of,
     write_answer,
@@ -317,13 +318,9 @@ class SeriesProgram(StageProgram):
                  "scan": {"shared": bool(jumbo), "views": len(jumbo) or len(keep),
                           "forced": self.shared_scan != "auto", "estimates": estimates},
                  "estimate": estimate,  # the model's, unscaled: κ learns from it
-                 "stats": {"columns": updated(stats.get("columns", {}),
-                                              column_bytes(segments[n])),
-                           "views": updated(stats.get("views", {}), {
-                               fp: e[str(n)]["bytes"] for fp, e in written.items()
-                               if str(n) in e}),
-                           "answers": updated(stats.get("answers", {}), {
-                               name: o.bytes for name, o in outputs.items()}),
+                 "stats": {**folded(stats, column_bytes(segments[n]),
+                                    view_bytes(written, n),
+                                    {name: o.bytes for name, o in outputs.items()}),
                            "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
                    "epoch_estimates": estimates,

@@ -69,6 +69,12 @@ def staged_views(layout: StageLayout, keys: Sequence[tuple[str, int]], staged: S
     return written, driver_bytes
 
 
+def view_bytes(views: Mapping[str, Mapping[str, dict]], segment: int) -> dict[str, float]:
+    """fingerprint -> the bytes of its view of ``segment``, for the views of it in
+    ``views`` (fingerprint -> segment -> entry)."""
+    return {fp: e[str(segment)]["bytes"] for fp, e in views.items() if str(segment) in e}
+
+
 def column_bytes(segment: Increment) -> dict[str, float]:
     """Compressed bytes per column of a segment, from its Parquet footers."""
     out: dict[str, float] = {}
