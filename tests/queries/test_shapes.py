@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import UserAggregate, add_query, table
+from strata.queries.vector_route import VectorQueryProgram
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 
 R_SCHEMA = "x bigint, y bigint, _mult bigint"  # facts, with deletes
@@ -45,6 +46,14 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "user_aggregate": ("SELECT x, sumsq(y) AS q FROM R GROUP BY x",
                        "SELECT x, coalesce(sum(y * y), 0) AS q FROM R GROUP BY x"),
     "insert_only_min_max": ("SELECT x, min(y) AS mn, max(y) AS mx FROM P GROUP BY x", None),
+    # insert-only group-bys: the vectorized route (NULL keys, filters, key expressions)
+    "insert_only_aggregates": (
+        "SELECT y, x % 2 AS odd, count(*) AS c, count(y) AS cy, sum(x) AS s, avg(y) AS a, "
+        "min(x) AS mn, max(y) AS mx FROM P WHERE x > 0 GROUP BY y, x % 2", None),
+    "insert_only_string_key": (
+        "SELECT CASE WHEN y > 4 THEN 'big' WHEN y > 0 THEN 'small' END AS size, "
+        "sum(y) AS s, avg(x) AS a FROM P GROUP BY CASE WHEN y > 4 THEN 'big' "
+        "WHEN y > 0 THEN 'small' END", None),
     # many-to-many joins: recomputed every epoch, as their stages opted in
     "many_to_many_group_by": (
         "SELECT R.x, count(*) AS c, sum(P.y) AS s FROM R JOIN P ON R.x = P.x GROUP BY R.x",
@@ -53,6 +62,7 @@ SHAPES: dict[str, tuple[str, str | None]] = {
                           None),
 }
 RECOMPUTED = {"many_to_many_group_by", "many_to_many_rows"}
+VECTORIZED = {"insert_only_min_max", "insert_only_aggregates", "insert_only_string_key"}
 
 
 def build(shapes=SHAPES) -> Dataflow:
@@ -163,3 +173,40 @@ def test_output_flow_is_the_changelog_of_the_answer(spark, tmp_path, name):
         answer = c.answer(name).to_pylist()
     assert any(r["_mult"] == -1 for r in changes)  # answers changed, so old rows retracted
     assert net_changes(changes) == normalized(tuple(r.values()) for r in answer)
+
+
+def test_insert_only_group_bys_take_the_vectorized_route():
+    """Exactly the shapes the route can run take it; the rest keep the general plan."""
+    df = build()
+    for name in SHAPES:
+        program = df.stages[name].program
+        assert isinstance(program, VectorQueryProgram) == (name in VECTORIZED), name
+    off = Dataflow("off")
+    off.source("P", P_SCHEMA)
+    add_query(off, "q", SHAPES["insert_only_min_max"][0], vectorized=False)
+    assert not isinstance(off.stages["q"].program, VectorQueryProgram)
+
+
+def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path):
+    """Both routes emit the same changes epoch by epoch (an unchanged answer row is
+    neither retracted nor inserted again) and read the same answer, ORDER BY and LIMIT
+    applied; NULL keys form one group."""
+    sql = ("SELECT y AS k, count(*) AS c, max(x) AS m, avg(x) AS a FROM P GROUP BY y "
+           "ORDER BY c DESC, k LIMIT 4")
+    df = Dataflow("routes")
+    df.source("P", P_SCHEMA)
+    add_query(df, "vec", sql)
+    add_query(df, "gen", sql, vectorized=False)
+    assert isinstance(df.stages["vec"].program, VectorQueryProgram)
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        for e in range(3):
+            c.ingest("P", [{"x": (j * 7 + e) % 5, "y": None if j % 4 == 0 else j % 3}
+                           for j in range(6 + 3 * e)])
+            c.run()
+            vec = c.read_flow("vec_changes", e + 1).to_pylist()
+            gen = c.read_flow("gen_changes", e + 1).to_pylist()
+            assert normalized(tuple(r.values()) for r in vec) == \
+                normalized(tuple(r.values()) for r in gen), e
+            assert c.answer("vec").to_pylist() == c.answer("gen").to_pylist(), e
+        assert any(r["_mult"] == -1 for r in c.read_flow("vec_changes").to_pylist())
+        assert any(r["k"] is None for r in c.read_flow("vec_changes").to_pylist())

@@ -8,7 +8,8 @@ no state afterwards). It must be groupwise: its result for a set of groups is th
 of its results for each group alone. That is the whole semantics, and :func:`per_group`
 makes it literal: called once per group through the ordinary translate contract, which
 is what the reference executor (and every non-vectorized route) runs. The physical layer
-calls ``fn`` once per partition instead (``docs/vectorized.md``).
+calls ``fn`` once per partition instead (``docs/vectorized.md``). A function with the
+attribute ``arrow = True`` is given, and returns, Arrow tables instead of DataFrames.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from strata.model.schema import records_of
 class VectorResult:
     """What a vectorized translate returns: rows per output flow, and the new state."""
 
-    outputs: Mapping[str, pd.DataFrame] = field(default_factory=dict)
-    state: pd.DataFrame | None = None
+    outputs: Mapping[str, pd.DataFrame | pa.Table] = field(default_factory=dict)
+    state: pd.DataFrame | pa.Table | None = None
 
 
 VectorTranslate = Callable[[pd.DataFrame | None, Mapping[str, pd.DataFrame]], VectorResult]
@@ -82,6 +83,15 @@ class VectorShape:
 
 
 def _table(frame: Any, schema: pa.Schema, flow: str) -> pa.Table:
+    if isinstance(frame, pa.Table):  # a translate over Arrow (``arrow = True``)
+        missing = [f.name for f in schema if f.name not in frame.column_names]
+        if missing:
+            raise VectorError(f"rows for {flow!r} lack the columns {missing} of its schema",
+                              flow)
+        try:
+            return frame.select(schema.names).cast(schema)
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise VectorError(f"rows for {flow!r} do not fit its schema: {e}", flow) from None
     if not isinstance(frame, pd.DataFrame):
         raise VectorError(f"rows for {flow!r} must be a pandas DataFrame, not "
                           f"{type(frame).__name__}", flow)
@@ -100,6 +110,10 @@ def frame(records: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pd.DataFra
     return pa.Table.from_pylist(list(records), schema=schema).to_pandas()
 
 
+def _arrow_table(records: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(list(records), schema=schema)
+
+
 def per_group(fn: VectorTranslate, shape: VectorShape) -> Callable[..., None]:
     """``fn`` as an ordinary translate, called once per group: the semantics of a
     vectorized stage, run by the reference executor and every per-group route."""
@@ -109,8 +123,9 @@ def per_group(fn: VectorTranslate, shape: VectorShape) -> Callable[..., None]:
         if key is None or (isinstance(key, tuple) and None in key):
             raise VectorError(f"the key columns {list(shape.keys)} of a vectorized stage "
                               "must not be null")
-        state = frame(list(its.pop(0)), shape.state) if shape.state is not None else None
-        inputs = {name: frame(list(it), schema)
+        given = _arrow_table if getattr(fn, "arrow", False) else frame
+        state = given(list(its.pop(0)), shape.state) if shape.state is not None else None
+        inputs = {name: given(list(it), schema)
                   for (name, schema), it in zip(shape.inputs, its, strict=True)}
         outputs, new_state = shape.tables(fn(state, inputs))
         for flow, table in outputs.items():

@@ -328,9 +328,8 @@ class _VectorTask:
 
     def _call(self, state: pa.Table | None, inputs: dict[str, pa.Table], called: pa.Table
               ) -> tuple[dict[str, pa.Table], pa.Table | None]:
-        frames = {f: t.to_pandas() for f, t in inputs.items()}
         try:
-            result = self.fn(state.to_pandas() if state is not None else None, frames)
+            result = self._apply(state, inputs)
         except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
             raise self._blame(state, inputs, called, e) from None
         try:
@@ -349,6 +348,13 @@ class _VectorTask:
                                 has_key=True, record=rec, has_record=True)
         return outputs, new_state
 
+    def _apply(self, state: pa.Table | None, inputs: Mapping[str, pa.Table]) -> Any:
+        """The user's function on these groups: as pandas, or as Arrow if it says so."""
+        if getattr(self.fn, "arrow", False):
+            return self.fn(state, inputs)
+        return self.fn(state.to_pandas() if state is not None else None,
+                       {f: t.to_pandas() for f, t in inputs.items()})
+
     def _blame(self, state: pa.Table | None, inputs: dict[str, pa.Table], called: pa.Table,
                error: Exception) -> EpochError:
         """The error of a failed call, naming the first group that fails alone."""
@@ -358,8 +364,7 @@ class _VectorTask:
             part = {f: t.filter(member(t, keys, one)) for f, t in inputs.items()}
             mine = state.filter(member(state, keys, one)) if state is not None else None
             try:
-                self.fn(mine.to_pandas() if mine is not None else None,
-                        {f: t.to_pandas() for f, t in part.items()})
+                self._apply(mine, part)
             except Exception as e:  # noqa: BLE001
                 rec = next((t.slice(0, 1).to_pylist()[0] for t in part.values()
                             if t.num_rows), None)

@@ -32,6 +32,7 @@ from strata.queries.monoids import UserAggregate
 from strata.queries.program import QueryProgram, output_ddl
 from strata.queries.recompute import RecomputeProgram
 from strata.queries.sql import parse_sql
+from strata.queries.vector_route import VectorQueryProgram, group_route
 from strata.storage.increments import read_records
 from strata.storage.manifest import StateSnapshot
 
@@ -67,7 +68,8 @@ def compile_query(query: str | Relation | Query, flows: Mapping[str, Mapping[str
 def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration, *,
               keys: Mapping[str, Sequence[str]] | None = None,
               aggregates: Mapping[str, UserAggregate] | None = None,
-              output: str | None = None, allow_recompute: bool = False) -> Stage:
+              output: str | None = None, allow_recompute: bool = False,
+              vectorized: bool = True) -> Stage:
     """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change
     (an :class:`~strata.queries.iteration.Iteration` keeps its iterate).
 
@@ -76,9 +78,11 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
     :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
     blocking operator) when the query cannot be maintained, unless ``allow_recompute``
     lets such a query (a many-to-many join) be recomputed over all its input every
-    epoch (:mod:`strata.queries.recompute`)."""
+    epoch (:mod:`strata.queries.recompute`). A group-by of one insert-only flow with
+    built-in aggregates runs on the vectorized route (:mod:`strata.queries.vector_route`)
+    unless ``vectorized`` is False."""
     out = output or f"{name}_changes"
-    program: QueryProgram
+    program: QueryProgram | VectorQueryProgram
     if isinstance(query, Iteration):
         init, step = compile_iteration(query, flow_columns(df), keys)
         scanned = sorted((set(init.input_flows) | set(step.input_flows)) - {query.name})
@@ -87,9 +91,13 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
     else:
         inc = compile_query(query, flow_columns(df), keys, aggregates, allow_recompute)
         scanned = inc.input_flows
-        kind = RecomputeProgram if inc.recompute else QueryProgram
-        program = kind(inc, {f: to_ddl(df.flows[f].schema) for f in scanned}, out,
-                       output_ddl(inc.root.columns))
+        ddl = {f: to_ddl(df.flows[f].schema) for f in scanned}
+        route = group_route(inc, ddl) if vectorized else None
+        if route is not None:
+            program = VectorQueryProgram(inc, route, out, output_ddl(inc.root.columns))
+        else:
+            kind = RecomputeProgram if inc.recompute else QueryProgram
+            program = kind(inc, ddl, out, output_ddl(inc.root.columns))
     return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
                     outputs={out: program.output_ddl}, runnable=runnable_any)
 

@@ -1,0 +1,286 @@
+"""Group-by queries on the vectorized route: state partitioned by group, never shuffled.
+
+The general plan of a group-by (:mod:`strata.queries.evaluator`) merges an increment into
+the whole state table with a full outer join and writes the table again: its epochs cost
+in proportion to the state. A group-by that
+
+* reads one insert-only flow (no ``_mult`` column) through filters and projections,
+* groups by keys of integer, string, boolean or date type,
+* computes only ``count``, ``sum``, ``avg``, ``min`` and ``max`` (no ``DISTINCT``, no user
+  aggregate) and outputs its keys and aggregates as they are (no ``HAVING``, no
+  expression over them)
+
+runs instead as a vectorized stage (:mod:`strata.physical.vectorized`): Spark computes
+``h`` (each part's lift, per group) over the increment, hash-partitions the groups into
+the stage's fixed partitions, and the task of partition *p* merges them into *p*'s
+columnar state with ``⊗`` (Arrow compute: ``+``, ``least``, ``greatest``), writes the
+changed groups as a new state run and the answer's changes (−old row, +new row) as the
+output increment. One Spark job per epoch; only the increment's groups cross the
+shuffle. SQL groups NULL keys together, which a vectorized stage does not: each key is
+stored as its value with NULL replaced by a placeholder, and a flag saying it was NULL.
+``docs/vectorized.md``, "Group-by queries", has the measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from strata.model.schema import parse_ddl
+from strata.model.vectorized import VectorResult, VectorShape
+from strata.physical.program import EpochContext, EpochOutcome
+from strata.physical.vectorized import VectorizedProgram, VectorState
+from strata.queries.algebra import GroupBy
+from strata.queries.errors import QueryError
+from strata.queries.evaluator import row_exprs
+from strata.queries.expressions import MULT, to_sql, type_of
+from strata.queries.frames import set_confs
+from strata.queries.incremental import IncrementalQuery
+from strata.storage.home import StageLayout
+from strata.storage.manifest import StateSnapshot
+
+# key type -> the placeholder a NULL key is stored as (its flag says it was NULL)
+_PLACEHOLDER = {"tinyint": "0", "smallint": "0", "int": "0", "bigint": "0", "string": "''",
+                "boolean": "false", "date": "DATE'1970-01-01'"}
+_FUNCS = {"count", "sum", "avg", "mean", "min", "max"}
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    """A group-by query as the vectorized route runs it (plain data: it is also kept in
+    the state, to answer from it)."""
+
+    flow: str
+    flow_ddl: str
+    where: str | None  # SQL over the flow's columns
+    columns: dict[str, str]  # the group-by's input columns -> SQL over the flow's columns
+    keys: list[list[str]]  # [stored name, SQL over the input columns, type]
+    parts: list[list[str]]  # [name, kind (add | least | greatest), lift SQL, type]
+    aggregates: dict[str, list[str]]  # _a<i> -> [function, value part, count part]
+    outputs: list[list[str]]  # [output column, _k<j> or _a<i>, type]
+    order_by: list[list[Any]]
+    limit: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> GroupRoute:
+        return cls(**d)
+
+    @property
+    def state_keys(self) -> tuple[str, ...]:
+        return tuple(n for name, _, _ in self.keys for n in (name, f"{name}_null"))
+
+    def key_fields(self) -> list[pa.Field]:
+        return [f for name, _, t in self.keys for f in (
+            parse_ddl(f"`{name}` {t}").field(0), pa.field(f"{name}_null", pa.bool_()))]
+
+    def state_schema(self) -> pa.Schema:
+        """The stored groups: each key (and its NULL flag), then the monoid parts."""
+        parts = parse_ddl(", ".join(f"`{n}` {t}" for n, _, _, t in self.parts))
+        return pa.schema([*self.key_fields(), *parts])
+
+    def output_schema(self) -> pa.Schema:
+        return pa.schema([*parse_ddl(", ".join(f"`{c}` {t}" for c, _, t in self.outputs)),
+                          pa.field(MULT, pa.int64())])
+
+
+def group_route(inc: IncrementalQuery, flow_ddl: Mapping[str, str]) -> GroupRoute | None:
+    """``inc`` as a :class:`GroupRoute`, or None when the vectorized route cannot run it
+    (the general plan does)."""
+    root = inc.root
+    if inc.recompute or not isinstance(root, GroupBy) or inc.joins or len(inc.groups) != 1:
+        return None
+    if not root.keys or root.having is not None:
+        return None
+    try:
+        where, columns = row_exprs(root.child)
+    except QueryError:  # not a scan under filters and projections
+        return None
+    flows = inc.input_flows
+    if len(flows) != 1 or MULT in parse_ddl(flow_ddl[flows[0]]).names:
+        return None  # deletes need invertible (or multiset) parts: the general plan
+    keys = []
+    for name, e in root.keys:
+        t = type_of(e, root.child.columns)
+        if t not in _PLACEHOLDER:
+            return None
+        keys.append([name, to_sql(e), t])
+    plan = inc.groups[id(root)]
+    parts = [["_cnt", "add", "sum(`_mult`)", "bigint"]]
+    aggregates = {}
+    for i, m in enumerate(plan.monoids):
+        func = "avg" if m.call.func == "mean" else m.call.func
+        if func not in _FUNCS or m.call.distinct or m.call.user is not None or any(
+                p.kind not in ("add", "least", "greatest") for p in m.parts):
+            return None
+        if not m.parts:  # count(*): the group's own count
+            aggregates[f"_a{i}"] = ["count", "_cnt", "_cnt"]
+            continue
+        value = m.parts[0]
+        types = {"sum": [m.result_type, "bigint"], "avg": ["double", "bigint"],
+                 "count": ["bigint"], "min": [m.result_type], "max": [m.result_type]}[func]
+        parts += [[p.name, p.kind, p.lift, t] for p, t in zip(m.parts, types, strict=True)]
+        aggregates[f"_a{i}"] = [func, value.name, m.parts[-1].name]
+    outputs = []
+    for column, e in root.outputs:
+        if not isinstance(e, exp.Column) or not (
+                e.name in aggregates or e.name in {k for k, _ in root.keys}):
+            return None
+        outputs.append([column, e.name, root.columns[column]])
+    return GroupRoute(flows[0], flow_ddl[flows[0]], where, dict(columns), keys, parts,
+                      aggregates, outputs, [list(o) for o in inc.query.order_by],
+                      inc.query.limit)
+
+
+# -- ⊗ and a, over Arrow -----------------------------------------------------------------
+def _merge(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.ChunkedArray:
+    if kind == "add":
+        return pc.add(pc.fill_null(old, 0), pc.fill_null(new, 0))
+    pick = pc.min_element_wise if kind == "least" else pc.max_element_wise
+    return pick(old, new, skip_nulls=True)
+
+
+def answers(route: GroupRoute, groups: pa.Table, prefix: str = "") -> dict[str, pa.Array]:
+    """Each output column of the answer rows of ``groups`` (keys and parts, the parts'
+    columns named ``prefix`` + part), as SQL computes them from the parts."""
+    def part(name: str) -> pa.ChunkedArray:
+        return groups[prefix + name]
+
+    kinds = {n: k for n, k, _, _ in route.parts}
+    values: dict[str, Any] = {}
+    for a, (func, value, count) in route.aggregates.items():
+        v = part(value)
+        if kinds[value] == "add":
+            v = pc.fill_null(v, 0)
+        n = pc.fill_null(part(count), 0)
+        if func in ("sum", "avg"):
+            if func == "avg":
+                v = pc.divide(pc.cast(v, pa.float64()), pc.cast(n, pa.float64()))
+            v = pc.if_else(pc.greater(n, 0), v, pa.scalar(None, v.type))
+        values[a] = v
+    for name, _, _ in route.keys:
+        values[name] = pc.if_else(groups[f"{name}_null"], pa.scalar(None, groups[name].type),
+                                  groups[name])
+    schema = route.output_schema()
+    return {c: pc.cast(values[src], schema.field(c).type) for c, src, _ in route.outputs}
+
+
+def _same(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``a <=> b`` as Spark compares: NULLs equal each other, and so do NaNs."""
+    eq = pc.fill_null(pc.equal(a, b), False)
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if pa.types.is_floating(a.type):
+        both_null = pc.or_(both_null, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return pc.or_(eq, both_null)
+
+
+@dataclass(frozen=True)
+class MergeParts:
+    """The vectorized translate of a :class:`GroupRoute`: over Arrow tables."""
+
+    route: GroupRoute
+    output: str
+    arrow = True  # the vectorized route hands it Arrow tables, not pandas
+
+    def __call__(self, state: pa.Table | None, inputs: Mapping[str, pa.Table]
+                 ) -> VectorResult:
+        route = self.route
+        keys = list(route.state_keys)
+        delta = inputs[route.flow]  # one row per group: Spark aggregated the increment
+        stored = state if state is not None else route.state_schema().empty_table()
+        old = stored.rename_columns([c if c in keys else f"s.{c}" for c in stored.column_names])
+        both = delta.join(old, keys, join_type="left outer")
+        merged = pa.table({**{k: both[k] for k in keys}, **{
+            n: _merge(kind, both[f"s.{n}"], both[n]) for n, kind, _, _ in route.parts}})
+        new_state = merged.cast(route.state_schema())
+        existed = pc.is_valid(both["s._cnt"])
+        old_rows = answers(route, both, "s.")
+        new_rows = answers(route, merged)
+        same = existed
+        for c in new_rows:
+            same = pc.and_(same, _same(old_rows[c], new_rows[c]))
+        out_schema = route.output_schema()
+
+        def rows(columns: dict[str, Any], mask: Any, mult: int) -> pa.Table:
+            t = pa.table({**columns, MULT: pa.array([mult] * len(both), pa.int64())})
+            return t.filter(mask).cast(out_schema)
+
+        changes = pa.concat_tables([rows(old_rows, pc.and_(existed, pc.invert(same)), -1),
+                                    rows(new_rows, pc.invert(same), 1)])
+        return VectorResult({self.output: changes}, new_state)
+
+
+class VectorQueryProgram(VectorizedProgram):
+    """A query stage whose group-by runs on the vectorized route (module docstring)."""
+
+    kind = "query"
+
+    def __init__(self, inc: IncrementalQuery, route: GroupRoute, output: str,
+                 output_ddl: str) -> None:
+        self.inc, self.route, self.output, self.output_ddl = inc, route, output, output_ddl
+        shape = VectorShape(route.state_keys, ((route.flow, route.state_schema()),),
+                            {output: route.output_schema()}, route.state_schema())
+        super().__init__(MergeParts(route, output), shape, "inner")
+
+    def describe(self) -> str:
+        return "query (group-by on the vectorized route)"
+
+    def run(self, ctx: EpochContext) -> EpochOutcome:
+        # the groups come out of Spark's aggregation partitioned as the stage needs them:
+        # with as many shuffle partitions, the stage's own repartition adds no exchange
+        previous = set_confs(ctx.spark, {"spark.sql.shuffle.partitions":
+                                         str(ctx.num_partitions)})
+        try:
+            outcome = super().run(ctx)
+        finally:
+            set_confs(ctx.spark, previous)
+        outcome.state["answer"] = self.route.to_json()
+        return outcome
+
+    def _input_rows(self, ctx: EpochContext) -> DataFrame | None:
+        """``h`` of the increment: one row per group, its parts as struct ``__f0``."""
+        route, n = self.route, ctx.num_partitions
+        files = [f for inc in ctx.inputs.get(route.flow, ()) for f in inc.files]
+        if not files:
+            return None
+        d = ctx.spark.read.schema(route.flow_ddl).parquet(*files)
+        if route.where:
+            d = d.where(F.expr(route.where))
+        d = d.select(*[F.expr(sql).alias(c) for c, sql in route.columns.items()],
+                     F.lit(1).cast("bigint").alias(MULT))
+        keys = []
+        for j, (_, sql, t) in enumerate(route.keys):
+            keys += [F.coalesce(F.expr(sql), F.expr(f"CAST({_PLACEHOLDER[t]} AS {t})"))
+                     .alias(f"__k{2 * j}"), F.expr(sql).isNull().alias(f"__k{2 * j + 1}")]
+        kcols = [f"__k{j}" for j in range(2 * len(route.keys))]
+        h = d.groupBy(*keys).agg(*[F.expr(lift).cast(t).alias(name)
+                                   for name, _, lift, t in route.parts])
+        rows = h.select(*kcols, F.lit(0).alias("__flow"),
+                        F.struct(*[name for name, _, _, _ in route.parts]).alias("__f0"))
+        rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
+        return rows.repartition(n, *kcols)
+
+    @classmethod
+    def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
+        """The answer from the stored groups, ``ORDER BY`` and ``LIMIT`` applied."""
+        route = GroupRoute.from_json(snap.state["answer"])
+        st = VectorState.from_json(snap.state)
+        stored = [st.store(layout, p).scan() for p in sorted(st.runs)]
+        groups = pa.concat_tables(stored) if stored else route.state_schema().empty_table()
+        schema = route.output_schema()
+        table = pa.table(answers(route, groups.cast(route.state_schema())))
+        table = table.cast(pa.schema(list(schema)[:-1]))
+        if route.order_by:
+            order = [(c, "ascending" if asc else "descending") for c, asc in route.order_by]
+            table = table.take(pc.sort_indices(table, sort_keys=order))
+        return table.slice(0, route.limit) if route.limit is not None else table
+
