@@ -13,6 +13,8 @@ import shutil
 import tempfile
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -46,6 +48,21 @@ def add_up(state, inputs):
     return VectorResult({"totals": merged[["k", "total"]]}, new)
 
 
+def add_up_arrow(state, inputs):
+    """``add_up`` written over Arrow tables (``arrow = True``)."""
+    b = inputs["b"]
+    delta = pa.concat_tables([inputs["a"].select(["k", "v"]),
+                              pa.table({"k": b["k"], "v": pc.negate(b["v"])})])
+    sums = delta.group_by("k").aggregate([("v", "sum")])
+    merged = sums.join(state, "k", join_type="full outer")
+    totals = pa.table({"k": merged["k"], "total": pc.add(pc.fill_null(merged["total"], 0),
+                                                         pc.fill_null(merged["v_sum"], 0))})
+    return VectorResult({"totals": totals}, totals.filter(pc.not_equal(totals["total"], 0)))
+
+
+add_up_arrow.arrow = True  # type: ignore[attr-defined]
+
+
 def top_two(state, inputs):
     """Several state rows per key: the two largest distinct values seen (by string key);
     outputs the values that entered."""
@@ -69,9 +86,10 @@ def halve(state, inputs):
 def build(kind: str, grouping: str = "inner") -> Dataflow:
     df = Dataflow(f"vec-{kind}")
     df.source("a", REC)
-    if kind == "add_up":
+    if kind in ("add_up", "add_up_arrow"):
         df.source("b", REC)
-        vectorized_stage(df, "add", add_up, key="k", inputs=["a", "b"],
+        vectorized_stage(df, "add", add_up if kind == "add_up" else add_up_arrow, key="k",
+                         inputs=["a", "b"],
                          outputs={"totals": "k long, total long"},
                          state="k long, total long", grouping=grouping)
     elif kind == "top_two":
@@ -114,6 +132,14 @@ SETTINGS = settings(max_examples=10, deadline=None,
        st.sampled_from(["inner", "outer"]))
 def test_two_flows_and_dropped_groups_equal_the_reference(spark, batches, grouping):
     compare(spark, build("add_up", grouping), batches)
+
+
+@settings(SETTINGS, max_examples=5)
+@given(st.lists(st.fixed_dictionaries({"a": records, "b": records}), min_size=1, max_size=4),
+       st.sampled_from(["inner", "outer"]))
+def test_a_translate_over_arrow_equals_the_reference(spark, batches, grouping):
+    """``arrow = True``: Arrow tables in and out, on Spark and in the reference alike."""
+    compare(spark, build("add_up_arrow", grouping), batches)
 
 
 @SETTINGS

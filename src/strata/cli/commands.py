@@ -475,15 +475,16 @@ def query(
                     scratch.source(flow, info["schema"])
             stage = add_query(scratch, name, sql, keys=keys, allow_recompute=allow_recompute)
             plan = stage.program.inc
+            explained = stage.program.explain()
             if not dry_run:
                 catalog.register_stage(compiled(stage, sql), stage.input_names,
                                        replace=replace)
         if json_out:
-            print(output.dumps({"name": name, "registered": not dry_run, "explain": plan.explain(),
+            print(output.dumps({"name": name, "registered": not dry_run, "explain": explained,
                           "columns": plan.root.columns, "recomputed": plan.recompute}))
             return
         console = output.out()
-        console.print(Text(plan.explain()))
+        console.print(Text(explained))
         if not dry_run:
             console.print(f"registered query [bold]{escape(name)}[/]: `strata run PIPELINE "
                           f"--home {escape(str(home))}` computes it; `strata show {escape(name)}"

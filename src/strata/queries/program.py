@@ -49,6 +49,10 @@ class QueryProgram(StageProgram):
     kind = "query"
     eval_mode = EvalMode.EPOCH  # how its evaluator merges changes into state
 
+    def explain(self) -> str:
+        """``h``, ``⊗`` and ``a`` of the query's stateful operators, as readable text."""
+        return self.inc.explain()
+
     def whole_flows(self) -> dict[str, str]:
         """Flows whose whole contents a keyed table holds (an iteration's iterate)."""
         return {}

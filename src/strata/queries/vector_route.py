@@ -234,6 +234,12 @@ class VectorQueryProgram(VectorizedProgram):
     def describe(self) -> str:
         return "query (group-by on the vectorized route)"
 
+    def explain(self) -> str:
+        keys = ", ".join(n for n in self.route.state_keys)
+        return (f"{self.inc.explain()}\nruns on the vectorized route: h per group in Spark, "
+                f"then each of the stage's partitions merges it into its columnar state "
+                f"(keyed by {keys}) with Arrow; one Spark job per epoch")
+
     def run(self, ctx: EpochContext) -> EpochOutcome:
         # the groups come out of Spark's aggregation partitioned as the stage needs them:
         # with as many shuffle partitions, the stage's own repartition adds no exchange
