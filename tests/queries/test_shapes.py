@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller.controller import Controller
+from strata.model.errors import TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
@@ -210,3 +211,22 @@ def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path):
             assert c.answer("vec").to_pylist() == c.answer("gen").to_pylist(), e
         assert any(r["_mult"] == -1 for r in c.read_flow("vec_changes").to_pylist())
         assert any(r["k"] is None for r in c.read_flow("vec_changes").to_pylist())
+
+
+def test_an_overflowing_sum_stops_the_epoch_naming_the_group(spark, tmp_path):
+    """A bigint sum that overflows across epochs is an error naming the stage, epoch and
+    group (as Spark's ANSI arithmetic is within one), and nothing is committed."""
+    df = Dataflow("overflow")
+    df.source("P", P_SCHEMA)
+    add_query(df, "q", "SELECT x, sum(y) AS s FROM P GROUP BY x")
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        c.ingest("P", [{"x": 7, "y": 2**62}, {"x": 8, "y": 1}])
+        c.run()
+        c.ingest("P", [{"x": 7, "y": 2**62}, {"x": 8, "y": 1}])
+        with pytest.raises(TranslateError) as info:
+            c.run()
+        text = str(info.value)
+        assert "stage 'q'" in text and "epoch 2" in text and "overflows bigint" in text, text
+        assert "key [7, False]" in text and "CAST(col AS double)" in text  # group x = 7
+        assert sorted(c.answer("q").to_pylist(), key=lambda r: r["x"]) == [
+            {"x": 7, "s": 2**62}, {"x": 8, "s": 1}]  # epoch 1's answer, as committed

@@ -144,7 +144,7 @@ def group_route(inc: IncrementalQuery, flow_ddl: Mapping[str, str]) -> GroupRout
 # -- ⊗ and a, over Arrow -----------------------------------------------------------------
 def _merge(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.ChunkedArray:
     if kind == "add":
-        return pc.add(pc.fill_null(old, 0), pc.fill_null(new, 0))
+        return pc.add_checked(pc.fill_null(old, 0), pc.fill_null(new, 0))
     pick = pc.min_element_wise if kind == "least" else pc.max_element_wise
     return pick(old, new, skip_nulls=True)
 
@@ -199,8 +199,13 @@ class MergeParts:
         stored = state if state is not None else route.state_schema().empty_table()
         old = stored.rename_columns([c if c in keys else f"s.{c}" for c in stored.column_names])
         both = delta.join(old, keys, join_type="left outer")
-        merged = pa.table({**{k: both[k] for k in keys}, **{
-            n: _merge(kind, both[f"s.{n}"], both[n]) for n, kind, _, _ in route.parts}})
+        try:
+            merged = pa.table({**{k: both[k] for k in keys}, **{
+                n: _merge(kind, both[f"s.{n}"], both[n]) for n, kind, _, _ in route.parts}})
+        except pa.ArrowInvalid as e:  # add_checked: a bigint sum past 2^63
+            raise OverflowError(f"a sum of this group overflows bigint ({e}); sum the column "
+                                "as double or decimal in the query (sum(CAST(col AS double)))"
+                                ) from None
         new_state = merged.cast(route.state_schema())
         existed = pc.is_valid(both["s._cnt"])
         old_rows = answers(route, both, "s.")
