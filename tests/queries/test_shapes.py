@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller.controller import Controller
-from strata.model.errors import TranslateError
+from strata.model.errors import StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
@@ -230,3 +230,23 @@ def test_an_overflowing_sum_stops_the_epoch_naming_the_group(spark, tmp_path):
         assert "key [7, False]" in text and "CAST(col AS double)" in text  # group x = 7
         assert sorted(c.answer("q").to_pylist(), key=lambda r: r["x"]) == [
             {"x": 7, "s": 2**62}, {"x": 8, "s": 1}]  # epoch 1's answer, as committed
+
+
+def test_a_query_home_from_the_general_plan_is_not_read_as_the_route(spark, tmp_path):
+    """A stage that ran on the general plan is refused by the vectorized route (their
+    states differ), with the way to keep running it."""
+    sql = "SELECT x, count(*) AS c FROM P GROUP BY x"
+    old = Dataflow("before")
+    old.source("P", P_SCHEMA)
+    add_query(old, "q", sql, vectorized=False)
+    with Controller(str(tmp_path), old, spark=spark, num_partitions=2) as c:
+        c.ingest("P", [{"x": 1, "y": 2}])
+        c.run()
+    new = Dataflow("after")
+    new.source("P", P_SCHEMA)
+    add_query(new, "q", sql)
+    with Controller(str(tmp_path), new, spark=spark, num_partitions=2) as c:
+        c.ingest("P", [{"x": 1, "y": 3}])
+        with pytest.raises(StrataError, match=r"vectorized=False\) keeps the plan it ran with"):
+            c.run()
+        assert c.answer("q").to_pylist() == [{"x": 1, "c": 1}]  # nothing lost

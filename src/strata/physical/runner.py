@@ -161,9 +161,13 @@ class SparkStageRunner:
             stage.input(flow)  # unknown input flows are an error, not silently ignored
         program = program_of(stage)
         if cur.epoch and cur.program != class_path(type(program)):
+            again = (" (a query strata now compiles for its vectorized route: "
+                     "add_query(..., vectorized=False) keeps the plan it ran with)"
+                     if cur.kind == program.kind == "query" else "")
             raise StrataError(
                 f"stage {stage.name!r} was run by {cur.program!r} and is now a "
-                f"{program.kind!r} stage; give the new stage another name or use a new home")
+                f"{program.kind!r} stage run by {class_path(type(program))!r}; give the new "
+                f"stage another name or use a new home{again}")
         ctx = EpochContext(
             stage=stage, epoch=epoch,
             inputs={f: (incs,) if isinstance(incs, Increment) else tuple(incs)
