@@ -83,23 +83,18 @@ class VectorShape:
 
 
 def _table(frame: Any, schema: pa.Schema, flow: str) -> pa.Table:
-    if isinstance(frame, pa.Table):  # a translate over Arrow (``arrow = True``)
-        missing = [f.name for f in schema if f.name not in frame.column_names]
-        if missing:
-            raise VectorError(f"rows for {flow!r} lack the columns {missing} of its schema",
-                              flow)
-        try:
-            return frame.select(schema.names).cast(schema)
-        except (pa.ArrowException, ValueError, TypeError) as e:
-            raise VectorError(f"rows for {flow!r} do not fit its schema: {e}", flow) from None
-    if not isinstance(frame, pd.DataFrame):
+    arrow = isinstance(frame, pa.Table)  # a translate over Arrow (``arrow = True``)
+    if not arrow and not isinstance(frame, pd.DataFrame):
         raise VectorError(f"rows for {flow!r} must be a pandas DataFrame, not "
                           f"{type(frame).__name__}", flow)
-    missing = [f.name for f in schema if f.name not in frame.columns]
+    columns = frame.column_names if arrow else frame.columns
+    missing = [f.name for f in schema if f.name not in columns]
     if missing:
         raise VectorError(f"rows for {flow!r} lack the columns {missing} of its schema",
                           flow)
     try:
+        if arrow:
+            return frame.select(schema.names).cast(schema)
         return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
     except (pa.ArrowException, ValueError, TypeError) as e:
         raise VectorError(f"rows for {flow!r} do not fit its schema: {e}", flow) from None
@@ -107,7 +102,7 @@ def _table(frame: Any, schema: pa.Schema, flow: str) -> pa.Table:
 
 def frame(records: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pd.DataFrame:
     """Records as the DataFrame a vectorized translate is given (Arrow's pandas types)."""
-    return pa.Table.from_pylist(list(records), schema=schema).to_pandas()
+    return _arrow_table(records, schema).to_pandas()
 
 
 def _arrow_table(records: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:

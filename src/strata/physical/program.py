@@ -89,6 +89,9 @@ class StageProgram(ABC):
     # whether the runner records the epoch's Spark I/O in its metrics (``spark_io``):
     # for programs whose plans learn from their own costs (docs/series.md)
     records_spark_io: ClassVar[bool] = False
+    # said when a stage that another program of the same kind ran is given to this one
+    # (their states differ): how to keep running it
+    same_kind_hint: ClassVar[str] = ""
 
     @abstractmethod
     def run(self, ctx: EpochContext) -> EpochOutcome:

@@ -161,9 +161,8 @@ class SparkStageRunner:
             stage.input(flow)  # unknown input flows are an error, not silently ignored
         program = program_of(stage)
         if cur.epoch and cur.program != class_path(type(program)):
-            again = (" (a query strata now compiles for its vectorized route: "
-                     "add_query(..., vectorized=False) keeps the plan it ran with)"
-                     if cur.kind == program.kind == "query" else "")
+            again = (f" ({program.same_kind_hint})"
+                     if cur.kind == program.kind and program.same_kind_hint else "")
             raise StrataError(
                 f"stage {stage.name!r} was run by {cur.program!r} and is now a "
                 f"{program.kind!r} stage run by {class_path(type(program))!r}; give the new "

@@ -100,6 +100,13 @@ def vectorized_stage(
                           outputs=outputs, state=st, runnable=runnable, program=program)
 
 
+def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
+    """``rows`` hash-partitioned on the key columns into the stage's ``n`` partitions,
+    with the partition each row must reach in ``__p`` (each task checks it)."""
+    rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
+    return rows.repartition(n, *kcols)
+
+
 @dataclass(frozen=True)
 class VectorState:
     """A vectorized stage's state as its manifest describes it."""
@@ -176,9 +183,7 @@ class VectorizedProgram(StageProgram):
         if not parts:
             return None
         rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-        kcols = [f"__k{j}" for j in range(len(shape.keys))]
-        rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
-        return rows.repartition(n, *kcols)
+        return partitioned(rows, [f"__k{j}" for j in range(len(shape.keys))], n)
 
     def _outcome(self, ctx: EpochContext, before: dict[int, list[RunInfo]],
                  results: list[dict]) -> EpochOutcome:

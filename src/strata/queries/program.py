@@ -10,10 +10,11 @@ The committed state is read back (``read_state``, ``read_answer``) from files al
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
@@ -177,6 +178,16 @@ def _output_tasks(records: int, n: int) -> int:
     ``n``. An epoch's changes are usually small, and a write costs about the same per
     task and file whatever their size."""
     return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
+
+
+def ordered(answer: pa.Table, order_by: Sequence[Sequence[Any]], limit: int | None
+            ) -> pa.Table:
+    """A query's answer as it is read: sorted by ``order_by`` ((column, ascending)
+    pairs), then cut to ``limit`` rows."""
+    if order_by:
+        order = [(c, "ascending" if asc else "descending") for c, asc in order_by]
+        answer = answer.take(pc.sort_indices(answer, sort_keys=order))
+    return answer.slice(0, limit) if limit is not None else answer
 
 
 def output_ddl(columns: Mapping[str, str]) -> str:

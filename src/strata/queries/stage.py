@@ -16,7 +16,6 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from strata.model.dataflow import Dataflow, Input, Stage
 from strata.model.errors import StrataError
@@ -29,7 +28,7 @@ from strata.queries.expressions import MULT
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.iteration import Iteration, IterationProgram, compile_iteration
 from strata.queries.monoids import UserAggregate
-from strata.queries.program import QueryProgram, output_ddl
+from strata.queries.program import QueryProgram, ordered, output_ddl
 from strata.queries.recompute import RecomputeProgram
 from strata.queries.sql import parse_sql
 from strata.queries.vector_route import VectorQueryProgram, group_route
@@ -120,11 +119,7 @@ def read_answer(snap: StateSnapshot) -> pa.Table:
         rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
     if spec["total"] and not rows:  # a total aggregate over no rows
         rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
-    table = pa.Table.from_pylist(rows, schema=schema)
-    if spec["order_by"]:
-        order = [(c, "ascending" if asc else "descending") for c, asc in spec["order_by"]]
-        table = table.take(pc.sort_indices(table, sort_keys=order))
-    return table.slice(0, spec["limit"]) if spec["limit"] is not None else table
+    return ordered(pa.Table.from_pylist(rows, schema=schema), spec["order_by"], spec["limit"])
 
 
 def _hashable(v):

@@ -36,13 +36,14 @@ from sqlglot import exp
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical.program import EpochContext, EpochOutcome
-from strata.physical.vectorized import VectorizedProgram, VectorState
+from strata.physical.vectorized import VectorizedProgram, VectorState, partitioned
 from strata.queries.algebra import GroupBy
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
 from strata.queries.expressions import MULT, to_sql, type_of
 from strata.queries.frames import set_confs
 from strata.queries.incremental import IncrementalQuery
+from strata.queries.program import ordered
 from strata.storage.home import StageLayout
 from strata.storage.manifest import StateSnapshot
 
@@ -228,6 +229,8 @@ class VectorQueryProgram(VectorizedProgram):
     """A query stage whose group-by runs on the vectorized route (module docstring)."""
 
     kind = "query"
+    same_kind_hint = ("a query strata now compiles for its vectorized route: "
+                      "add_query(..., vectorized=False) keeps the plan it ran with")
 
     def __init__(self, inc: IncrementalQuery, route: GroupRoute, output: str,
                  output_ddl: str) -> None:
@@ -275,10 +278,8 @@ class VectorQueryProgram(VectorizedProgram):
         kcols = [f"__k{j}" for j in range(2 * len(route.keys))]
         h = d.groupBy(*keys).agg(*[F.expr(lift).cast(t).alias(name)
                                    for name, _, lift, t in route.parts])
-        rows = h.select(*kcols, F.lit(0).alias("__flow"),
-                        F.struct(*[name for name, _, _, _ in route.parts]).alias("__f0"))
-        rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
-        return rows.repartition(n, *kcols)
+        return partitioned(h.select(*kcols, F.lit(0).alias("__flow"), F.struct(
+            *[name for name, _, _, _ in route.parts]).alias("__f0")), kcols, n)
 
     @classmethod
     def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
@@ -287,11 +288,6 @@ class VectorQueryProgram(VectorizedProgram):
         st = VectorState.from_json(snap.state)
         stored = [st.store(layout, p).scan() for p in sorted(st.runs)]
         groups = pa.concat_tables(stored) if stored else route.state_schema().empty_table()
-        schema = route.output_schema()
-        table = pa.table(answers(route, groups.cast(route.state_schema())))
-        table = table.cast(pa.schema(list(schema)[:-1]))
-        if route.order_by:
-            order = [(c, "ascending" if asc else "descending") for c, asc in route.order_by]
-            table = table.take(pc.sort_indices(table, sort_keys=order))
-        return table.slice(0, route.limit) if route.limit is not None else table
+        return ordered(pa.table(answers(route, groups.cast(route.state_schema()))),
+                       route.order_by, route.limit)
 
