@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
+from strata.physical.vectorized import DRIVER_ROWS
 from strata.storage.increments import Increment, write_table
 
 _seq = itertools.count()
@@ -16,3 +19,18 @@ def increment(home: str | Path, flow: Flow, records: list[dict]) -> Increment:
     """Write ``records`` as one Parquet increment of ``flow`` under ``home/inbox``."""
     uri = f"{home}/inbox/{flow.name}-{next(_seq)}.parquet"
     return Increment((uri,), len(records), write_table(uri, to_table(records, flow.schema)))
+
+
+@contextmanager
+def vectorized_epochs(spark, where: str) -> Iterator[None]:
+    """Vectorized epochs run ``"tasks"`` (always as Spark tasks) or ``"driver"`` (in the
+    driver, whatever their size), by the session conf that picks."""
+    before = spark.conf.get(DRIVER_ROWS, None)
+    spark.conf.set(DRIVER_ROWS, {"tasks": "-1", "driver": str(1 << 40)}[where])
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(DRIVER_ROWS)
+        else:
+            spark.conf.set(DRIVER_ROWS, before)

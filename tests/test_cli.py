@@ -348,6 +348,26 @@ def test_unknown_home(tmp_path, command):
     assert not home.exists()
 
 
+def test_run_sets_session_confs_and_refuses_bad_ones(spark, tmp_path):
+    """``--conf KEY=VALUE`` sets a runtime conf of the session; a conf Spark fixes at
+    start-up, or a pair without ``=``, is a clear error and nothing runs."""
+    home = tmp_path / "h"
+    ok("run", URLCOUNT, "--home", home)
+    ok("ingest", "--home", home, "urls", DAYS[0])
+    try:
+        ok("run", URLCOUNT, "--home", home, "--conf", "spark.strata.test.marker=a=b")
+        assert spark.conf.get("spark.strata.test.marker") == "a=b"
+    finally:
+        spark.conf.unset("spark.strata.test.marker")
+    ok("ingest", "--home", home, "urls", DAYS[1])
+    for conf, message in [("spark.sql.shuffle.partitions", "write KEY=VALUE"),
+                          ("spark.driver.memory=1g", "spark-defaults.conf")]:
+        result = invoke("run", URLCOUNT, "--home", home, "--conf", conf)
+        assert result.exit_code == 1 and message in result.stderr, result.output
+        assert "Traceback" not in result.output
+    assert status_of(home)["stages"][0]["epochs"] == 1
+
+
 def test_run_reports_pipeline_errors(tmp_path):
     result = invoke("run", tmp_path / "missing.py", "--home", tmp_path / "h")
     assert result.exit_code == 1 and "not found" in result.stderr

@@ -35,6 +35,7 @@ ROOT = Path(__file__).parents[1]
 PIPELINE = ROOT / "tests" / "pipelines" / "query_pipeline.py"  # queries only
 TRANSLATE_PIPELINE = ROOT / "tests" / "pipelines" / "urlcount_pipeline.py"
 VECTORIZED_PIPELINE = ROOT / "tests" / "pipelines" / "vectorized_pipeline.py"
+TASKS = ("--conf", "spark.strata.driverEpoch.maxRows=-1")  # vectorized epochs: Spark tasks
 PAGERANK_PIPELINE = ROOT / "tests" / "pipelines" / "pagerank_query_pipeline.py"
 STRATA = str(Path(sys.executable).with_name("strata"))
 SBIN = Path(pyspark.__file__).parent / "sbin"
@@ -288,9 +289,11 @@ def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, t
 
 
 def _run_on_both(connect_url: str, pipeline: Path, flow: str, batches: list[list[dict]],
-                 folder: Path) -> Iterator[tuple[Path, Path]]:
-    """Run ``pipeline`` in two homes, over Connect and on the classic session, one batch
-    of rows of ``flow`` at a time; yields both homes after each batch's runs."""
+                 folder: Path, remote_args: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[Path, Path]]:
+    """Run ``pipeline`` in two homes, over Connect (with ``remote_args`` for its `strata
+    run`) and on the classic session, one batch of rows of ``flow`` at a time; yields
+    both homes after each batch's runs."""
     remote, classic = folder / "remote", folder / "classic"
     for home in (remote, classic):
         strata_here("run", pipeline, "--home", home)
@@ -299,7 +302,7 @@ def _run_on_both(connect_url: str, pipeline: Path, flow: str, batches: list[list
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         for home in (remote, classic):
             strata_here("ingest", flow, path, "--home", home)
-        strata("run", pipeline, "--home", remote, "--remote", connect_url)
+        strata("run", pipeline, "--home", remote, "--remote", connect_url, *remote_args)
         strata_here("run", pipeline, "--home", classic)
         yield remote, classic
 
@@ -308,12 +311,13 @@ def test_a_vectorized_stage_runs_over_spark_connect_like_on_classic_spark(connec
                                                                            tmp_path):
     """Vectorized stages take the DataFrame route (mapInArrow), so unlike per-group
     translate stages they run over Connect; the function is shipped from the pipeline
-    file, and counts and state equal the classic run's and the words' own counts."""
+    file, and counts and state equal the classic run's and the words' own counts. Over
+    Connect the epochs run as Spark tasks, on the classic session (small) in the driver."""
     days = [[f"https://s{i % 3}.example.com/{i % 7}" for i in range(d, 40 + d)]
             for d in range(2)]
     remote, classic = list(_run_on_both(connect_url, VECTORIZED_PIPELINE, "urls",
                                         [[{"url": u} for u in urls] for urls in days],
-                                        tmp_path))[-1]
+                                        tmp_path, TASKS))[-1]
     states = [sorted(_answer(strata_here("show", "count.state", "--home", home, "--format",
                                          "jsonl"), ["url", "count"]))
               for home in (remote, classic)]

@@ -30,8 +30,10 @@ from tests.dataflow_driver import (
     register_by_value,
     run_dataflow,
 )
+from tests.helpers import vectorized_epochs
 
 register_by_value(__name__)
+WHERE = st.sampled_from(["tasks", "driver"])  # where a vectorized epoch runs
 
 REC = "k long, s string, v long"
 
@@ -107,12 +109,16 @@ records = st.lists(st.fixed_dictionaries({
     "v": st.integers(-3, 9)}), max_size=12)
 
 
-def compare(spark, df: Dataflow, batches: list[dict], partitions: int = 3) -> None:
+def compare(spark, df: Dataflow, batches: list[dict], partitions: int = 3,
+            where: str = "tasks") -> None:
+    """Spark's run of ``df`` (its epochs as Spark tasks or in the driver: ``where``)
+    against the reference executor's, epoch by epoch, and the final states."""
     home = tempfile.mkdtemp(prefix="strata-vec-")
     try:
         ref, spk = ReferenceRunner(), SparkRunner(spark, home, "direct", partitions)
         expected = run_dataflow(df, batches, ref)
-        got = run_dataflow(df, batches, spk)
+        with vectorized_epochs(spark, where):
+            got = run_dataflow(df, batches, spk)
         assert {f: [multiset(i) for i in incs] for f, incs in got.items()} == \
             {f: [multiset(i) for i in incs] for f, incs in expected.items()}
         for stage in df.stages.values():
@@ -129,29 +135,29 @@ SETTINGS = settings(max_examples=10, deadline=None,
 
 @SETTINGS
 @given(st.lists(st.fixed_dictionaries({"a": records, "b": records}), min_size=1, max_size=4),
-       st.sampled_from(["inner", "outer"]))
-def test_two_flows_and_dropped_groups_equal_the_reference(spark, batches, grouping):
-    compare(spark, build("add_up", grouping), batches)
+       st.sampled_from(["inner", "outer"]), WHERE)
+def test_two_flows_and_dropped_groups_equal_the_reference(spark, batches, grouping, where):
+    compare(spark, build("add_up", grouping), batches, where=where)
 
 
 @settings(SETTINGS, max_examples=5)
 @given(st.lists(st.fixed_dictionaries({"a": records, "b": records}), min_size=1, max_size=4),
-       st.sampled_from(["inner", "outer"]))
-def test_a_translate_over_arrow_equals_the_reference(spark, batches, grouping):
+       st.sampled_from(["inner", "outer"]), WHERE)
+def test_a_translate_over_arrow_equals_the_reference(spark, batches, grouping, where):
     """``arrow = True``: Arrow tables in and out, on Spark and in the reference alike."""
-    compare(spark, build("add_up_arrow", grouping), batches)
+    compare(spark, build("add_up_arrow", grouping), batches, where=where)
 
 
 @SETTINGS
-@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
-def test_several_state_rows_per_key_equal_the_reference(spark, batches):
-    compare(spark, build("top_two"), batches, partitions=2)
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4), WHERE)
+def test_several_state_rows_per_key_equal_the_reference(spark, batches, where):
+    compare(spark, build("top_two"), batches, partitions=2, where=where)
 
 
 @SETTINGS
-@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
-def test_outer_grouping_calls_every_stored_key(spark, batches):
-    compare(spark, build("halve"), batches)
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4), WHERE)
+def test_outer_grouping_calls_every_stored_key(spark, batches, where):
+    compare(spark, build("halve"), batches, where=where)
 
 
 def test_state_outlives_the_runner_and_compacts(spark, tmp_path):
@@ -208,7 +214,13 @@ def foreign_state(state, inputs):
     (wrong_columns, OutputError, "flow 'totals'"),
     (foreign_state, OutputError, "key 999"),
 ])
-def test_bad_functions_stop_the_epoch_and_name_it(spark, tmp_path, fn, error, where):
+@pytest.mark.parametrize("route", ["tasks", "driver"])
+def test_bad_functions_stop_the_epoch_and_name_it(spark, tmp_path, fn, error, where, route):
+    with vectorized_epochs(spark, route):
+        bad_function_epoch(spark, tmp_path, fn, error, where)
+
+
+def bad_function_epoch(spark, tmp_path, fn, error, where) -> None:
     df = Dataflow("bad")
     df.source("a", REC)
     df.source("b", REC)
@@ -271,20 +283,65 @@ def test_only_the_increment_is_shuffled_never_the_state(spark, tmp_path):
     for runner in (first, SparkRunner(spark, str(tmp_path), "direct", 2)):
         runner._seq = 1000 + runner._seq
         batch = {"a": [{"k": k * 7, "s": "", "v": 2} for k in range(30)]}
-        with metrics.measure("vectorized-epoch") as m:
+        with metrics.measure("vectorized-epoch") as m, vectorized_epochs(spark, "tasks"):
             got = runner.run(stage, batch)
         assert len(got["totals"]) == 30
         assert m.shuffle_write_records == 30, m.to_json()
     assert len(first.runner.state_records(stage)) == 2000
 
 
+def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
+    """By default a small epoch runs in the driver: Spark reads the increment and
+    shuffles nothing. Above either session limit (input records, state bytes) the same
+    epoch runs as Spark tasks, which shuffle the increment; the answers agree."""
+    from strata.observability.spark_metrics import SparkMetrics
+    from strata.physical.vectorized import DRIVER_ROWS, DRIVER_STATE_BYTES
+
+    metrics = SparkMetrics(spark)
+    stage = build("add_up").stages["add"]
+    spk = SparkRunner(spark, str(tmp_path), "direct", 2)
+    spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(50)]})
+    totals = []
+    for conf in ({}, {DRIVER_ROWS: "9"}, {DRIVER_STATE_BYTES: "10"}):
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        try:
+            with metrics.measure("epoch") as m:
+                got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(10)]})
+        finally:
+            for k in conf:
+                spark.conf.unset(k)
+        assert m.shuffle_write_records == (10 if conf else 0), (conf, m.to_json())
+        totals.append(sorted((r["k"], r["total"]) for r in got["totals"]))
+    assert totals == [[(k, 2 + i) for k in range(10)] for i in range(3)]
+
+
+def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):
+    from strata.model.errors import EpochError
+    from strata.physical.vectorized import DRIVER_ROWS
+
+    stage = build("add_up").stages["add"]
+    spk = SparkRunner(spark, str(tmp_path), "direct", 2)
+    spark.conf.set(DRIVER_ROWS, "lots")
+    try:
+        with pytest.raises(EpochError) as info:
+            spk.run(stage, {"a": [{"k": 1, "s": "", "v": 1}]})
+    finally:
+        spark.conf.unset(DRIVER_ROWS)
+    text = str(info.value)
+    assert "stage 'add'" in text and "epoch 1" in text, text
+    assert "driverEpoch.maxRows='lots' is not a whole number" in text, text
+    assert spk.runner.committed(stage).epoch == 0
+
+
 @pytest.mark.parametrize("grouping", ["inner", "outer"])
-def test_the_vectorized_url_count_equals_the_per_group_one(spark, grouping):
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_the_vectorized_url_count_equals_the_per_group_one(spark, grouping, where):
     from strata.apps.urlcount import urlcount_dataflow, urlcount_vectorized_dataflow
 
     batches = [{"urls": [{"url": f"u{(i * e) % 11}"} for i in range(15)]} for e in (1, 2, 3)]
     vectorized = urlcount_vectorized_dataflow(grouping)
-    compare(spark, vectorized, batches, partitions=2)  # Spark route == its own reference
+    compare(spark, vectorized, batches, partitions=2, where=where)  # == its own reference
     per_group = run_dataflow(urlcount_dataflow(grouping), batches, ReferenceRunner())
     mine = run_dataflow(vectorized, batches, ReferenceRunner())
     assert [multiset(i) for i in mine["counts"]] == [multiset(i) for i in per_group["counts"]]
@@ -299,11 +356,11 @@ def pair_counts(state, inputs):
 
 
 @SETTINGS
-@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4))
-def test_a_key_of_two_columns_equals_the_reference(spark, batches):
+@given(st.lists(st.fixed_dictionaries({"a": records}), min_size=1, max_size=4), WHERE)
+def test_a_key_of_two_columns_equals_the_reference(spark, batches, where):
     df = Dataflow("vec-pairs")
     df.source("a", REC)
     vectorized_stage(df, "pairs", pair_counts, key=("k", "s"), inputs=["a"],
                      outputs={"totals": "k long, s string, total long"},
                      state="k long, s string, total long")
-    compare(spark, df, batches)
+    compare(spark, df, batches, where=where)

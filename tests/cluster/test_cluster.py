@@ -182,11 +182,11 @@ def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path
 
 
 def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
-                            files: list[tuple[str, Path]], setup: tuple = ()
-                            ) -> dict[str, Path]:
+                            files: list[tuple[str, Path]], setup: tuple = (),
+                            cluster_args: tuple[str, ...] = ()) -> dict[str, Path]:
     """Two homes, ``cluster`` and ``local``: register ``pipeline`` in each (then the CLI
     command ``setup``, if any), and per ``(flow, file)`` ingest it and run, on the cluster
-    or in local mode. Returns the homes."""
+    (`strata run` given ``cluster_args`` too) or in local mode. Returns the homes."""
     homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
     for where, home in homes.items():
         local("run", pipeline, "--home", home)
@@ -197,7 +197,8 @@ def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
             if where == "local":
                 local("run", pipeline, "--home", home)
             else:
-                sh("run", pipeline, "--home", home, "--master", cluster.master)
+                sh("run", pipeline, "--home", home, "--master", cluster.master,
+                   *cluster_args)
     return homes
 
 
@@ -224,10 +225,12 @@ def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
 def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
     """A vectorized stage (its function in the pipeline file, shipped by value; the epoch
     a DataFrame job with mapInArrow) over the sample days, on the cluster and in local
-    mode: the same counts per epoch and the same columnar state."""
+    mode: the same counts per epoch and the same columnar state. On the cluster the
+    epochs run as tasks on the workers; locally (small epochs) in the driver."""
     pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
     homes = run_here_and_on_cluster(
-        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))])
+        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))],
+        cluster_args=("--conf", "spark.strata.driverEpoch.maxRows=-1"))
     for target in ("counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target

@@ -3,6 +3,7 @@ with DuckDB recomputing the same SQL over all data so far after every increment.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -14,6 +15,7 @@ from strata.controller.controller import Controller
 from strata.model.errors import StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
+from tests.helpers import vectorized_epochs
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 
 R_SCHEMA = "x bigint, y bigint, _mult bigint"  # facts, with deletes
@@ -125,11 +127,17 @@ def check_history(spark, home, history, shapes=SHAPES) -> None:
                 assert got == want, f"{name} after {len(seen['R'])} R records"
 
 
+_WHERE = itertools.cycle(["tasks", "driver"])
+
+
 @settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=histories())
 def test_shapes_agree_with_duckdb(spark, tmp_path_factory, history):
-    check_history(spark, tmp_path_factory.mktemp("shapes"), history)
+    """Every shape against DuckDB; the vectorized route's epochs run as Spark tasks and in
+    the driver in turn, example by example."""
+    with vectorized_epochs(spark, next(_WHERE)):
+        check_history(spark, tmp_path_factory.mktemp("shapes"), history)
 
 
 def test_python_api_builds_the_same_query(spark, tmp_path):
@@ -188,10 +196,17 @@ def test_insert_only_group_bys_take_the_vectorized_route():
     assert not isinstance(off.stages["q"].program, VectorQueryProgram)
 
 
-def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path):
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path, where):
     """Both routes emit the same changes epoch by epoch (an unchanged answer row is
     neither retracted nor inserted again) and read the same answer, ORDER BY and LIMIT
-    applied; NULL keys form one group."""
+    applied; NULL keys form one group. The route's epochs run as Spark tasks or in the
+    driver (``where``)."""
+    with vectorized_epochs(spark, where):
+        route_against_general_plan(spark, tmp_path)
+
+
+def route_against_general_plan(spark, tmp_path) -> None:
     sql = ("SELECT y AS k, count(*) AS c, max(x) AS m, avg(x) AS a FROM P GROUP BY y "
            "ORDER BY c DESC, k LIMIT 4")
     df = Dataflow("routes")

@@ -149,6 +149,11 @@ def run(
         help="More Python code for the workers: a .py, .zip or .egg file or a directory "
              "(repeatable). The pipeline's own directory or package is shipped anyway.")
                         ] = None,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", metavar="KEY=VALUE",
+        help="A Spark session conf for the run (repeatable), e.g. "
+             "spark.strata.driverEpoch.maxRows=-1 to run every vectorized epoch as Spark "
+             "tasks.")] = None,
 ) -> None:
     """Run the dataflow PIPELINE over the home: every runnable stage epoch, until idle.
 
@@ -173,7 +178,8 @@ def run(
         if master and remote:
             raise StrataError("give either --master or --remote (Spark Connect), not both")
         with Controller(path, dataflow, master=master, remote=remote, mode=mode,
-                        num_partitions=partitions, py_files=py_files or ()) as controller:
+                        num_partitions=partitions, py_files=py_files or (),
+                        spark_conf=_confs(conf or [])) as controller:
             width = max((len(n) for n in controller.units), default=1)
             status = console.status("checking for input…", spinner="dots")
 
@@ -344,6 +350,18 @@ def ingest(
                           f"{escape(str(home))}` processes it")
         else:
             console.print("no stage reads this flow; the increment is kept")
+
+
+def _confs(pairs: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options as a mapping."""
+    confs = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise StrataError(f"--conf {pair!r}: write KEY=VALUE, e.g. "
+                              "--conf spark.sql.shuffle.partitions=8")
+        confs[key.strip()] = value
+    return confs
 
 
 def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,

@@ -16,7 +16,7 @@ import base64
 import os
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ from strata.model.schema import to_ddl
 from strata.physical.fusion import PhysicalStage, plan
 from strata.physical.program import collect_garbage, read_answer, read_state
 from strata.physical.runner import SparkStageRunner, refuse_over_connect
-from strata.physical.session import is_connect
+from strata.physical.session import is_connect, set_runtime_confs
 from strata.physical.shipping import ship_files
 from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
@@ -80,6 +80,10 @@ class Controller:
     dataflow with translate stages is refused here, before anything runs, because they
     need a classic session (RDDs).
 
+    ``spark_conf`` sets Spark session confs (runtime ones, such as
+    ``spark.sql.shuffle.partitions`` or ``spark.strata.driverEpoch.maxRows``) before the
+    first epoch.
+
     ``store`` is direct mode's state store for stages whose state begins here:
     ``"columns"`` (Arrow runs) or ``"indexed"`` (pickled runs with a hash index, whose
     inner lookups read only the epoch's entries); a stage already run keeps its own.
@@ -98,6 +102,7 @@ class Controller:
         store: str = "columns",
         fuse: bool = True,
         py_files: Sequence[str | os.PathLike[str]] = (),
+        spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         if master is None and spark is None and remote is None:
             remote = os.environ.get("STRATA_REMOTE") or None
@@ -114,6 +119,7 @@ class Controller:
         self.units: dict[str, PhysicalStage] = {u.stage.name: u for u in units}
         self._spark, self._master, self._remote = spark, master, remote
         self.py_files = list(py_files)
+        self.spark_conf = dict(spark_conf or {})
         self.mode, self.num_partitions, self.store = mode, num_partitions, store
         self._runner: SparkStageRunner | None = None
         self._lock = HomeLock(self.layout.lock_path, self.home)
@@ -144,6 +150,7 @@ class Controller:
             spark = self._spark or get_spark(self._master, remote=self._remote)
             if is_connect(spark):  # e.g. an active Connect session this process made
                 refuse_over_connect(self.dataflow.stages.values())
+            set_runtime_confs(spark, self.spark_conf)
             ship_files(spark, self.py_files)
             self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions,
                                             store=self.store)

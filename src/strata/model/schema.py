@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -51,8 +52,10 @@ def _arrow_type(dt: exp.DataType) -> pa.DataType:
     raise DataflowError(f"unsupported column type {dt.sql('spark')!r}")
 
 
+@functools.lru_cache(maxsize=512)
 def parse_ddl(ddl: str) -> pa.Schema:
-    """Parse Spark DDL such as ``"url string, count long, tags array<string>"``."""
+    """Parse Spark DDL such as ``"url string, count long, tags array<string>"`` (memoized:
+    tasks parse the same few schemas on every call)."""
     try:
         tree = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read="spark")
     except sqlglot.errors.ParseError as e:

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from importlib.resources import files
 
 from pyspark.sql import SparkSession
@@ -111,6 +112,22 @@ def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
                           "\n  start one with $SPARK_HOME/sbin/start-connect-server.sh, or "
                           "run classic Spark with --master") from None
     return spark
+
+
+def set_runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> None:
+    """Set session confs that may change while Spark runs (``strata run --conf``); a conf
+    Spark fixes at start-up is refused, saying where it goes instead."""
+    for key, value in confs.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as e:
+            if not type(e).__module__.startswith(("pyspark", "py4j")):
+                raise
+            raise StrataError(
+                f"cannot set Spark conf {key}={value!r} on a running session "
+                f"({str(e).splitlines()[0][:200]}); a conf Spark reads at start-up goes in "
+                "spark-defaults.conf (under $SPARK_CONF_DIR) or the cluster's own settings"
+                ) from None
 
 
 def default_parallelism(spark: SparkSession) -> int:

@@ -8,8 +8,13 @@ rows to a task that reads partition ``p``'s columnar state runs from its own fil
 the user's function once on all its groups, and writes the outputs and a new state run.
 Only the increment crosses the shuffle; the state never does. Each task checks that every
 row it got hashes to its partition (Spark's ``pmod(hash(keys), n)``), so a partitioning
-Spark did not keep fails loudly instead of mixing states. ``docs/vectorized.md`` has the
-semantics, the layout and the measurements.
+Spark did not keep fails loudly instead of mixing states.
+
+A small epoch (few input records, a small state: :meth:`VectorizedProgram.in_driver`) runs
+the same partition tasks in the driver instead: Spark reads the increment and computes each
+row's partition, the rows come back as Arrow, and the driver runs partition after
+partition on them. That saves a stage of Python tasks, which costs more than the work of a
+small epoch. ``docs/vectorized.md`` has the semantics, the layout and the measurements.
 """
 
 from __future__ import annotations
@@ -100,11 +105,29 @@ def vectorized_stage(
                           outputs=outputs, state=st, runnable=runnable, program=program)
 
 
+# small epochs run in the driver below these (session confs; docs/vectorized.md)
+DRIVER_ROWS, DEFAULT_DRIVER_ROWS = "spark.strata.driverEpoch.maxRows", 250_000
+DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES = (
+    "spark.strata.driverEpoch.maxStateBytes", 128 << 20)
+
+
 def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
     """``rows`` hash-partitioned on the key columns into the stage's ``n`` partitions,
     with the partition each row must reach in ``__p`` (each task checks it)."""
     rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
     return rows.repartition(n, *kcols)
+
+
+def _conf_int(ctx: EpochContext, key: str, default: int) -> int:
+    value = ctx.spark.conf.get(key, None)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise EpochError(f"session conf {key}={value!r} is not a whole number; set it to a "
+                         f"count (default {default})", stage=ctx.stage.name,
+                         epoch=ctx.epoch) from None
 
 
 @dataclass(frozen=True)
@@ -154,9 +177,13 @@ class VectorizedProgram(StageProgram):
                 grouping=self.grouping, state_root=ctx.layout.program_dir(_COLUMNS),
                 runs=before, outputs={f: ctx.output_dir(f) for f in shape.outputs},
                 token=ctx.token)
-            frame = rows if rows is not None else ctx.spark.range(0, n, 1, n)
-            collected = frame.mapInArrow(task, RESULT_SCHEMA).collect()
-            results = [json.loads(r["info"]) for r in collected]
+            if self.in_driver(ctx):
+                results = self._run_in_driver(task, rows, n)
+            else:
+                frame = (partitioned(rows, self._key_columns(), n) if rows is not None
+                         else ctx.spark.range(0, n, 1, n))
+                collected = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+                results = [json.loads(r["info"]) for r in collected]
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
@@ -164,9 +191,9 @@ class VectorizedProgram(StageProgram):
 
     def _input_rows(self, ctx: EpochContext) -> DataFrame | None:
         """The epoch's input rows, one union of every flow: key columns ``__k<j>`` (cast to
-        the state's key types), ``__flow`` and the flow's other columns as struct ``__f<i>``,
-        hash-partitioned on the keys with the expected partition in ``__p``."""
-        shape, n = self.shape, ctx.num_partitions
+        the state's key types), ``__flow`` and the flow's other columns as struct ``__f<i>``
+        (not partitioned yet)."""
+        shape = self.shape
         key_schema = shape.state or shape.inputs[0][1]
         key_types = {k: type_ddl(key_schema.field(k).type) for k in shape.keys}
         parts = []
@@ -182,8 +209,38 @@ class VectorizedProgram(StageProgram):
                 (F.struct(*rest) if rest else F.lit(True)).alias(f"__f{i}")))
         if not parts:
             return None
-        rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-        return partitioned(rows, [f"__k{j}" for j in range(len(shape.keys))], n)
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+    def _key_columns(self) -> list[str]:
+        """The key columns of :meth:`_input_rows`' rows."""
+        return [f"__k{j}" for j in range(len(self.shape.keys))]
+
+    # -- small epochs, in the driver ------------------------------------------------------
+    def in_driver(self, ctx: EpochContext) -> bool:
+        """Whether this epoch's partitions run in the driver (module docstring): its input
+        has at most ``spark.strata.driverEpoch.maxRows`` records and the state it may read
+        at most ``spark.strata.driverEpoch.maxStateBytes`` bytes (session confs)."""
+        rows = sum(inc.records for flow, _ in self.shape.inputs
+                   for inc in ctx.inputs.get(flow, ()))
+        state = sum(r.nbytes for rs in runs_of(ctx.committed.state).values() for r in rs)
+        return (rows <= _conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
+                and state <= _conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
+
+    def _run_in_driver(self, task: _VectorTask, rows: DataFrame | None, n: int) -> list[dict]:
+        """Every partition's task run here, on the rows Spark read (and for a query,
+        aggregated) collected as Arrow, each row's partition computed by Spark."""
+        table = None
+        if rows is not None:
+            kcols = self._key_columns()
+            table = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n))).toArrow()
+        results = []
+        for p in range(n):
+            mine = table.filter(pc.equal(table["__p"], p)) if table is not None else None
+            if self.grouping == "inner" and (mine is None or not mine.num_rows):
+                continue  # no group of this partition is called: its runs stay
+            batches = mine.to_batches() if mine is not None else []
+            results.append(json.loads(task.info(p, batches)))
+        return results
 
     def _outcome(self, ctx: EpochContext, before: dict[int, list[RunInfo]],
                  results: list[dict]) -> EpochOutcome:
@@ -257,12 +314,16 @@ class _VectorTask:
 
         ctx = TaskContext.get()
         p = ctx.partitionId() if ctx is not None else 0
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": p, "info": self.info(p, list(batches))}], schema=_RESULT)
+
+    def info(self, p: int, batches: list[pa.RecordBatch]) -> str:
+        """Partition ``p``'s task on ``batches``: what it wrote, or its error, as JSON."""
         try:
-            info = self._run(p, list(batches))
+            info = self._run(p, batches)
         except EpochError as e:
             info = {"partition": p, "error": e.to_dict()}
-        yield pa.RecordBatch.from_pylist(
-            [{"partition": p, "info": json.dumps(info, default=str)}], schema=_RESULT)
+        return json.dumps(info, default=str)
 
     def _err(self, cls: type[EpochError], detail: str, **kw: Any) -> EpochError:
         return cls(detail, stage=self.stage, epoch=self.epoch, **kw)
