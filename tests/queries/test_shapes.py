@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller.controller import Controller
-from strata.model.errors import StrataError, TranslateError
+from strata.model.errors import EpochError, StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
 from tests.helpers import vectorized_epochs
@@ -245,6 +245,27 @@ def test_an_overflowing_sum_stops_the_epoch_naming_the_group(spark, tmp_path):
         assert "key [7, False]" in text and "CAST(col AS double)" in text  # group x = 7
         assert sorted(c.answer("q").to_pylist(), key=lambda r: r["x"]) == [
             {"x": 7, "s": 2**62}, {"x": 8, "s": 1}]  # epoch 1's answer, as committed
+
+
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_a_sum_overflowing_within_one_increment_stops_the_epoch(spark, tmp_path, where):
+    """Within one increment, Spark's ANSI sum (as tasks) or Arrow's decimal sum checked
+    against bigint's range (in the driver; it names the group) stops the epoch."""
+    df = Dataflow("overflow")
+    df.source("P", P_SCHEMA)
+    add_query(df, "q", "SELECT x, sum(y) AS s FROM P GROUP BY x")
+    with vectorized_epochs(spark, where), Controller(str(tmp_path), df, spark=spark,
+                                                     num_partitions=2) as c:
+        c.ingest("P", [{"x": 8, "y": 1}])
+        c.run()
+        c.ingest("P", [{"x": 7, "y": 2**62}, {"x": 7, "y": 2**62}, {"x": 8, "y": 1}])
+        with pytest.raises(EpochError) as info:
+            c.run()
+        text = str(info.value)
+        assert "stage 'q'" in text and "epoch 2" in text, text
+        assert ("key [7, False]" in text and "overflows bigint" in text if where == "driver"
+                else "ARITHMETIC_OVERFLOW" in text), text
+        assert c.answer("q").to_pylist() == [{"x": 8, "s": 1}]  # epoch 1's, as committed
 
 
 def test_a_query_home_from_the_general_plan_is_not_read_as_the_route(spark, tmp_path):

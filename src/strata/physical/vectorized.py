@@ -168,26 +168,29 @@ class VectorizedProgram(StageProgram):
         modules = user_modules([self.fn])
         pickle_by_value(modules)
         ship_modules(ctx.spark, modules)
-        rows = self._input_rows(ctx)
-        if rows is None and (self.grouping == "inner" or shape.state is None):
-            results: list[dict] = []  # no group is called: nothing changes
+        only_inputs = self.grouping == "inner" or shape.state is None  # no input: no call
+        results: list[dict] = []
+        if self.in_driver(ctx):
+            table = self._driver_rows(ctx)
+            if table is not None or not only_inputs:
+                results = self._run_in_driver(self._task(ctx, before), table, n)
         else:
-            task = _VectorTask(
-                stage=ctx.stage.name, epoch=ctx.epoch, fn=self.fn, shape=shape,
-                grouping=self.grouping, state_root=ctx.layout.program_dir(_COLUMNS),
-                runs=before, outputs={f: ctx.output_dir(f) for f in shape.outputs},
-                token=ctx.token)
-            if self.in_driver(ctx):
-                results = self._run_in_driver(task, rows, n)
-            else:
+            rows = self._input_rows(ctx)
+            if rows is not None or not only_inputs:
                 frame = (partitioned(rows, self._key_columns(), n) if rows is not None
                          else ctx.spark.range(0, n, 1, n))
-                collected = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+                collected = frame.mapInArrow(self._task(ctx, before), RESULT_SCHEMA).collect()
                 results = [json.loads(r["info"]) for r in collected]
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
         return self._outcome(ctx, before, results)
+
+    def _task(self, ctx: EpochContext, before: dict[int, list[RunInfo]]) -> _VectorTask:
+        return _VectorTask(
+            stage=ctx.stage.name, epoch=ctx.epoch, fn=self.fn, shape=self.shape,
+            grouping=self.grouping, state_root=ctx.layout.program_dir(_COLUMNS), runs=before,
+            outputs={f: ctx.output_dir(f) for f in self.shape.outputs}, token=ctx.token)
 
     def _input_rows(self, ctx: EpochContext) -> DataFrame | None:
         """The epoch's input rows, one union of every flow: key columns ``__k<j>`` (cast to
@@ -226,13 +229,16 @@ class VectorizedProgram(StageProgram):
         return (rows <= _conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
                 and state <= _conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
 
-    def _run_in_driver(self, task: _VectorTask, rows: DataFrame | None, n: int) -> list[dict]:
-        """Every partition's task run here, on the rows Spark read (and for a query,
-        aggregated) collected as Arrow, each row's partition computed by Spark."""
-        table = None
-        if rows is not None:
-            kcols = self._key_columns()
-            table = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n))).toArrow()
+    def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
+        """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``."""
+        rows = self._input_rows(ctx)
+        if rows is None:
+            return None
+        n = ctx.num_partitions
+        return rows.withColumn("__p", F.pmod(F.hash(*self._key_columns()), F.lit(n))).toArrow()
+
+    def _run_in_driver(self, task: _VectorTask, table: pa.Table | None, n: int) -> list[dict]:
+        """Every partition's task, run here on its rows of ``table``."""
         results = []
         for p in range(n):
             mine = table.filter(pc.equal(table["__p"], p)) if table is not None else None

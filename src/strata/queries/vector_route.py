@@ -23,15 +23,18 @@ stored as its value with NULL replaced by a placeholder, and a flag saying it wa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
 from pyspark.sql import DataFrame
 from sqlglot import exp
 
+from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical.program import EpochContext, EpochOutcome
@@ -228,6 +231,38 @@ def _braces(sql: str) -> str:
     return sql.replace("{", "{{").replace("}", "}}")
 
 
+def _key_sql(route: GroupRoute) -> list[str]:
+    """The stored key columns ``__k<2j>`` (NULL as the placeholder) and ``__k<2j+1>``
+    (the NULL flag), as SQL over the group-by's input columns."""
+    keys = []
+    for j, (_, sql, t) in enumerate(route.keys):
+        keys += [f"coalesce({sql}, CAST({_PLACEHOLDER[t]} AS {t})) AS __k{2 * j}",
+                 f"({sql}) IS NULL AS __k{2 * j + 1}"]
+    return keys
+
+
+def _scan(ctx: EpochContext, files: list[str], route: GroupRoute, head: str,
+          tail: str) -> DataFrame:
+    """``head`` + the increment's rows (filtered and projected; ``_mult`` 1) + ``tail``, as
+    one SQL text: building the plan column by column costs ~200 JVM round trips."""
+    d = ctx.spark.read.schema(route.flow_ddl).parquet(*files)
+    columns = ", ".join(f"{sql} AS `{c}`" for c, sql in route.columns.items())
+    where = f" WHERE {route.where}" if route.where else ""
+    rows = f"(SELECT {columns}, CAST(1 AS bigint) AS `{MULT}` FROM "
+    # spark.sql formats the text with str.format: braces of the query's own are escaped
+    return ctx.spark.sql(_braces(head + rows) + "{d}" + _braces(f"{where}){tail}"), d=d)
+
+
+@functools.lru_cache(maxsize=256)
+def _split_lift(lift: str) -> tuple[str, str] | None:
+    """A lift ``sum(e)``, ``min(e)`` or ``max(e)`` as (Arrow's aggregate, ``e``)."""
+    node = sqlglot.parse_one(lift, read="spark")
+    funcs = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
+    if type(node) not in funcs or node.expressions:
+        return None
+    return funcs[type(node)], node.this.sql("spark")
+
+
 class VectorQueryProgram(VectorizedProgram):
     """A query stage whose group-by runs on the vectorized route (module docstring)."""
 
@@ -270,21 +305,63 @@ class VectorQueryProgram(VectorizedProgram):
         files = [f for inc in ctx.inputs.get(route.flow, ()) for f in inc.files]
         if not files:
             return None
-        # one SQL text: building the plan column by column costs ~200 JVM round trips
-        d = ctx.spark.read.schema(route.flow_ddl).parquet(*files)
-        keys = []
-        for j, (_, sql, t) in enumerate(route.keys):
-            keys += [f"coalesce({sql}, CAST({_PLACEHOLDER[t]} AS {t})) AS __k{2 * j}",
-                     f"({sql}) IS NULL AS __k{2 * j + 1}"]
         parts = ", ".join(f"'{name}', CAST({lift} AS {t})" for name, _, lift, t in route.parts)
-        columns = ", ".join(f"{sql} AS `{c}`" for c, sql in route.columns.items())
-        where = f" WHERE {route.where}" if route.where else ""
-        group = ", ".join(str(i + 1) for i in range(len(keys)))
-        head = (f"SELECT {', '.join(keys)}, 0 AS __flow, named_struct({parts}) AS __f0 "
-                f"FROM (SELECT {columns}, CAST(1 AS bigint) AS `{MULT}` FROM ")
-        tail = f"{where}) GROUP BY {group}"
-        # spark.sql formats the text with str.format: braces of the query's own are escaped
-        return ctx.spark.sql(_braces(head) + "{d}" + _braces(tail), d=d)
+        group = ", ".join(str(i + 1) for i in range(2 * len(route.keys)))
+        return _scan(ctx, files, route, f"SELECT {', '.join(_key_sql(route))}, 0 AS __flow, "
+                     f"named_struct({parts}) AS __f0 FROM ", f" GROUP BY {group}")
+
+    def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
+        """``h`` for an epoch in the driver: Spark reads and projects the increment (one
+        stage, no shuffle) and Arrow aggregates its rows per group. A part whose lift is
+        not a ``sum``, ``min`` or ``max`` of a row expression leaves it all to Spark."""
+        route = self.route
+        files = [f for inc in ctx.inputs.get(route.flow, ()) for f in inc.files]
+        lifts = [s for _, _, lift, _ in route.parts if (s := _split_lift(lift)) is not None]
+        if not files or len(lifts) < len(route.parts):
+            return super()._driver_rows(ctx)
+        kcols = ", ".join(self._key_columns())
+        args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
+        rows = _scan(ctx, files, route, f"SELECT *, pmod(hash({kcols}), {ctx.num_partitions}) "
+                     f"AS __p FROM (SELECT {', '.join(_key_sql(route))}, {args} FROM ", ")"
+                     ).toArrow()
+        return self._aggregate(ctx, rows, [f for f, _ in lifts])
+
+    def _aggregate(self, ctx: EpochContext, rows: pa.Table, funcs: list[str]) -> pa.Table:
+        """``rows`` (keys, ``__p`` and each part's lifted value ``__a<i>``) aggregated per
+        group as :meth:`_input_rows`' Spark plan would. Integer sums add as decimals, so
+        one overflowing bigint is an error naming its group, not a wrap-around."""
+        keys = [*self._key_columns(), "__p"]
+        columns = {k: rows[k] for k in keys}
+        for i, func in enumerate(funcs):
+            value = rows[f"__a{i}"]
+            if func == "sum" and pa.types.is_integer(value.type):
+                value = value.cast(pa.decimal128(38, 0))
+            columns[f"__a{i}"] = value
+        groups = pa.table(columns).group_by(keys, use_threads=False).aggregate(
+            [(f"__a{i}", func) for i, func in enumerate(funcs)])
+        parts = {}
+        for i, (name, _, _, t) in enumerate(self.route.parts):
+            value = groups[f"__a{i}_{funcs[i]}"]
+            target = parse_ddl(f"x {t}").field(0).type
+            if pa.types.is_decimal(value.type) and pa.types.is_integer(target):
+                self._check_range(ctx, groups, value, target, t)
+            parts[name] = value.cast(target)
+        return pa.table({**{k: groups[k] for k in keys}, "__flow": pa.array(
+            [0] * groups.num_rows, pa.int32()), "__f0": pa.StructArray.from_arrays(
+                [v.combine_chunks() for v in parts.values()], names=list(parts))})
+
+    def _check_range(self, ctx: EpochContext, groups: pa.Table, value: pa.ChunkedArray,
+                     target: pa.DataType, sql_type: str) -> None:
+        bound = pa.scalar(2 ** (target.bit_width - 1), pa.decimal128(38, 0))
+        over = pc.fill_null(pc.or_(pc.greater_equal(value, bound),
+                                   pc.less(value, pc.negate(bound))), False)
+        if pc.any(over).as_py():
+            row = groups.filter(over).slice(0, 1).to_pylist()[0]
+            raise TranslateError(
+                f"OverflowError: a sum of this group overflows {sql_type} in one increment; "
+                "sum the column as double or decimal in the query (sum(CAST(col AS double)))",
+                stage=ctx.stage.name, epoch=ctx.epoch, has_key=True,
+                key=[row[c] for c in self._key_columns()])
 
     def _key_columns(self) -> list[str]:
         return [f"__k{j}" for j in range(2 * len(self.route.keys))]
