@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -38,12 +39,16 @@ _COMPRESSION = "zstd"
 def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:
     """A boolean mask: does row ``i`` of ``table`` have a key (``keys`` columns) that is
     in ``wanted``? Nulls are not keys: callers reject them before."""
+    first = pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks())
     if len(keys) == 1:
-        return pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks())
-    ids = pa.table({"__row": pa.array(range(table.num_rows), pa.int64()),
-                    **{k: table[k] for k in keys}})
-    hit = ids.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
-    return pc.is_in(ids["__row"], value_set=hit["__row"].combine_chunks())
+        return first
+    # the first column narrows the rows cheaply (a hash set); a join settles the few left
+    rows = pc.indices_nonzero(first)
+    candidates = table.select(list(keys)).take(rows).append_column("__row", rows)
+    hit = candidates.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
+    mask = np.zeros(table.num_rows, dtype=bool)
+    mask[hit["__row"].to_numpy()] = True
+    return pa.chunked_array([pa.array(mask)])
 
 
 def unique_keys(tables: Sequence[pa.Table], keys: Sequence[str]) -> pa.Table:
