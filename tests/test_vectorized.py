@@ -316,6 +316,22 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
     assert totals == [[(k, 2 + i) for k in range(10)] for i in range(3)]
 
 
+@pytest.mark.parametrize("grouping", ["inner", "outer"])
+def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grouping):
+    """Epochs alternate between the driver and Spark tasks on one home: each partition's
+    state is where the other way looks for it (Spark's hash in both), so every epoch
+    equals the reference executor's."""
+    stage = build("add_up", grouping).stages["add"]
+    ref, spk = ReferenceRunner(), SparkRunner(spark, str(tmp_path), "direct", 3)
+    for e in range(6):
+        batch = {"a": [{"k": (k * 5 + e) % 23, "s": "", "v": e + 1} for k in range(12)],
+                 "b": [{"k": k, "s": "", "v": 1} for k in range(e, 23, 4)]}
+        with vectorized_epochs(spark, ("driver", "tasks")[e % 2]):
+            got = spk.run(stage, batch)
+        assert multiset(got["totals"]) == multiset(ref.run(stage, batch)["totals"]), e
+    assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
+
+
 def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):
     from strata.model.errors import EpochError
     from strata.physical.vectorized import DRIVER_ROWS

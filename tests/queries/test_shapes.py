@@ -57,6 +57,10 @@ SHAPES: dict[str, tuple[str, str | None]] = {
         "SELECT CASE WHEN y > 4 THEN 'big' WHEN y > 0 THEN 'small' END AS size, "
         "sum(y) AS s, avg(x) AS a FROM P GROUP BY CASE WHEN y > 4 THEN 'big' "
         "WHEN y > 0 THEN 'small' END", None),
+    # group-bys of a flow with deletes, sums and counts only: the vectorized route too
+    "deletes_aggregates": (
+        "SELECT y, count(*) AS c, count(x) AS cx, sum(x) AS s, avg(x) AS a FROM R "
+        "WHERE x > 0 GROUP BY y", None),
     # many-to-many joins: recomputed every epoch, as their stages opted in
     "many_to_many_group_by": (
         "SELECT R.x, count(*) AS c, sum(P.y) AS s FROM R JOIN P ON R.x = P.x GROUP BY R.x",
@@ -65,7 +69,8 @@ SHAPES: dict[str, tuple[str, str | None]] = {
                           None),
 }
 RECOMPUTED = {"many_to_many_group_by", "many_to_many_rows"}
-VECTORIZED = {"insert_only_min_max", "insert_only_aggregates", "insert_only_string_key"}
+VECTORIZED = {"insert_only_min_max", "insert_only_aggregates", "insert_only_string_key",
+              "group_by_expression", "deletes_aggregates", "distinct"}
 
 
 def build(shapes=SHAPES) -> Dataflow:
@@ -190,6 +195,9 @@ def test_insert_only_group_bys_take_the_vectorized_route():
     for name in SHAPES:
         program = df.stages[name].program
         assert isinstance(program, VectorQueryProgram) == (name in VECTORIZED), name
+        if name in VECTORIZED:  # explain says where its epochs run
+            text = program.explain()
+            assert "vectorized route" in text and "driverEpoch.maxRows" in text, text
     off = Dataflow("off")
     off.source("P", P_SCHEMA)
     add_query(off, "q", SHAPES["insert_only_min_max"][0], vectorized=False)
@@ -206,26 +214,93 @@ def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path, where
         route_against_general_plan(spark, tmp_path)
 
 
-def route_against_general_plan(spark, tmp_path) -> None:
-    sql = ("SELECT y AS k, count(*) AS c, max(x) AS m, avg(x) AS a FROM P GROUP BY y "
-           "ORDER BY c DESC, k LIMIT 4")
-    df = Dataflow("routes")
-    df.source("P", P_SCHEMA)
-    add_query(df, "vec", sql)
-    add_query(df, "gen", sql, vectorized=False)
-    assert isinstance(df.stages["vec"].program, VectorQueryProgram)
-    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
-        for e in range(3):
-            c.ingest("P", [{"x": (j * 7 + e) % 5, "y": None if j % 4 == 0 else j % 3}
-                           for j in range(6 + 3 * e)])
+def test_the_driver_aggregates_only_lifts_arrow_can():
+    """A part's lift is aggregated in Arrow when it is a sum, min or max of a row
+    expression; any other form leaves ``h`` to Spark's aggregation."""
+    from strata.queries.vector_route import _split_lift
+
+    assert _split_lift("sum(CAST((`y`) AS double) * `_mult`)") == (
+        "sum", "CAST((`y`) AS DOUBLE) * `_mult`")
+    assert _split_lift("min((`x` % 3))") == ("min", "(`x` % 3)")
+    assert _split_lift("max(`s`)") == ("max", "`s`")
+    for other in ("count(`y`)", "sum(`y`) + 1", "avg(`y`)", "`y`"):
+        assert _split_lift(other) is None, other
+
+
+def both_routes(name: str, flow: str, schema: str, sqls: dict[str, str]) -> Dataflow:
+    """Each query twice: ``<q>_vec`` on the vectorized route, ``<q>_gen`` on the general
+    plan."""
+    df = Dataflow(name)
+    df.source(flow, schema)
+    for q, sql in sqls.items():
+        add_query(df, f"{q}_vec", sql)
+        add_query(df, f"{q}_gen", sql, vectorized=False)
+        assert isinstance(df.stages[f"{q}_vec"].program, VectorQueryProgram), q
+    return df
+
+
+def same_changes(c: Controller, q: str, epoch: int) -> None:
+    """``q``'s two stages emitted the same changes in ``epoch`` and read the same answer."""
+    vec, gen = (c.read_flow(f"{q}_{r}_changes", epoch).to_pylist() for r in ("vec", "gen"))
+    assert normalized(tuple(r.values()) for r in vec) == \
+        normalized(tuple(r.values()) for r in gen), (q, epoch)
+    vec, gen = (c.answer(f"{q}_{r}").to_pylist() for r in ("vec", "gen"))
+    assert normalized(tuple(r.values()) for r in vec) == \
+        normalized(tuple(r.values()) for r in gen), (q, epoch)
+
+
+def test_route_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path):
+    """The route's epochs alternate between the driver (Arrow's aggregation) and Spark
+    tasks on one home; its changes and answer equal the general plan's every epoch."""
+    df = both_routes("mixed", "P", P_SCHEMA, {"q": "SELECT y AS k, count(*) AS c, sum(x) "
+                                              "AS s, min(x) AS lo FROM P WHERE x <> 3 "
+                                              "GROUP BY y"})
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=3) as c:
+        for e in range(1, 7):
+            c.ingest("P", [{"x": (j * 7 + e) % 9, "y": None if j % 5 == 0 else j % 11}
+                           for j in range(10 + e)])
+            with vectorized_epochs(spark, ("driver", "tasks")[e % 2]):
+                c.run()
+            same_changes(c, "q", e)
+
+
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_deleting_a_groups_rows_retracts_it_on_the_route(spark, tmp_path, where):
+    """A flow with deletes: when every row of a group is deleted the group leaves the
+    state and its answer row is retracted, also for an answer of keys only; both routes
+    emit the same changes epoch by epoch and read the same answer."""
+    df = both_routes("deletes", "R", R_SCHEMA, {
+        "sums": "SELECT y AS k, count(*) AS c, sum(x) AS s, avg(x) AS a FROM R GROUP BY y",
+        "keys": "SELECT y FROM R GROUP BY y"})
+    rows = [{"x": x, "y": x % 3 or None, "_mult": 1} for x in range(1, 9)]
+    epochs = [rows, [{**r, "_mult": -1} for r in rows if r["y"] == 1],
+              [{"x": 20, "y": 1, "_mult": 1}, {**rows[2], "_mult": -1}],
+              [{**r, "_mult": -1} for r in rows if r["y"] is None and r != rows[2]]]
+    with vectorized_epochs(spark, where), Controller(str(tmp_path), df, spark=spark,
+                                                     num_partitions=2) as c:
+        for e, batch in enumerate(epochs, 1):
+            c.ingest("R", batch)
             c.run()
-            vec = c.read_flow("vec_changes", e + 1).to_pylist()
-            gen = c.read_flow("gen_changes", e + 1).to_pylist()
-            assert normalized(tuple(r.values()) for r in vec) == \
-                normalized(tuple(r.values()) for r in gen), e
-            assert c.answer("vec").to_pylist() == c.answer("gen").to_pylist(), e
-        assert any(r["_mult"] == -1 for r in c.read_flow("vec_changes").to_pylist())
-        assert any(r["k"] is None for r in c.read_flow("vec_changes").to_pylist())
+            for q in ("sums", "keys"):
+                same_changes(c, q, e)
+        assert sorted(r["y"] for r in c.answer("keys_vec").to_pylist()) == [1, 2]
+        retracted = c.read_flow("keys_vec_changes", 2).to_pylist()
+        assert {r["y"]: r["_mult"] for r in retracted} == {1: -1}  # all of group 1 deleted
+
+
+def route_against_general_plan(spark, tmp_path) -> None:
+    df = both_routes("routes", "P", P_SCHEMA, {
+        "q": "SELECT y AS k, count(*) AS c, max(x) AS m, avg(x) AS a FROM P GROUP BY y "
+             "ORDER BY c DESC, k LIMIT 4"})
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        for e in range(1, 4):
+            c.ingest("P", [{"x": (j * 7 + e - 1) % 5, "y": None if j % 4 == 0 else j % 3}
+                           for j in range(6 + 3 * (e - 1))])
+            c.run()
+            same_changes(c, "q", e)
+            assert c.answer("q_vec").to_pylist() == c.answer("q_gen").to_pylist(), e
+        assert any(r["_mult"] == -1 for r in c.read_flow("q_vec_changes").to_pylist())
+        assert any(r["k"] is None for r in c.read_flow("q_vec_changes").to_pylist())
 
 
 def test_an_overflowing_sum_stops_the_epoch_naming_the_group(spark, tmp_path):

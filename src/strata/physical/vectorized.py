@@ -111,11 +111,16 @@ DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES = (
     "spark.strata.driverEpoch.maxStateBytes", 128 << 20)
 
 
+def with_partition(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
+    """``rows`` with the partition each belongs to in ``__p``: Spark's
+    ``pmod(hash(keys), n)``, the one its hash partitioning into ``n`` gives."""
+    return rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
+
+
 def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
     """``rows`` hash-partitioned on the key columns into the stage's ``n`` partitions,
     with the partition each row must reach in ``__p`` (each task checks it)."""
-    rows = rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
-    return rows.repartition(n, *kcols)
+    return with_partition(rows, kcols, n).repartition(n, *kcols)
 
 
 def _conf_int(ctx: EpochContext, key: str, default: int) -> int:
@@ -234,8 +239,7 @@ class VectorizedProgram(StageProgram):
         rows = self._input_rows(ctx)
         if rows is None:
             return None
-        n = ctx.num_partitions
-        return rows.withColumn("__p", F.pmod(F.hash(*self._key_columns()), F.lit(n))).toArrow()
+        return with_partition(rows, self._key_columns(), ctx.num_partitions).toArrow()
 
     def _run_in_driver(self, task: _VectorTask, table: pa.Table | None, n: int) -> list[dict]:
         """Every partition's task, run here on its rows of ``table``."""

@@ -4,7 +4,8 @@ The general plan of a group-by (:mod:`strata.queries.evaluator`) merges an incre
 the whole state table with a full outer join and writes the table again: its epochs cost
 in proportion to the state. A group-by that
 
-* reads one insert-only flow (no ``_mult`` column) through filters and projections,
+* reads one flow through filters and projections (a flow with deletes, a ``_mult``
+  column, only for counts, sums and averages: ``min`` and ``max`` cannot take a row back),
 * groups by keys of integer, string, boolean or date type,
 * computes only ``count``, ``sum``, ``avg``, ``min`` and ``max`` (no ``DISTINCT``, no user
   aggregate) and outputs its keys and aggregates as they are (no ``HAVING``, no
@@ -16,8 +17,11 @@ the stage's fixed partitions, and the task of partition *p* merges them into *p*
 columnar state with ``⊗`` (Arrow compute: ``+``, ``least``, ``greatest``), writes the
 changed groups as a new state run and the answer's changes (−old row, +new row) as the
 output increment. One Spark job per epoch; only the increment's groups cross the
-shuffle. SQL groups NULL keys together, which a vectorized stage does not: each key is
-stored as its value with NULL replaced by a placeholder, and a flag saying it was NULL.
+shuffle. A small epoch runs in the driver (``VectorizedProgram.in_driver``): Spark reads
+and projects the increment in one stage, Arrow aggregates ``h`` and the driver merges each
+partition's groups; nothing is shuffled. SQL groups NULL keys together, which a
+vectorized stage does not: each key is stored as its value with NULL replaced by a
+placeholder, and a flag saying it was NULL.
 ``docs/vectorized.md``, "Group-by queries", has the measurements.
 """
 
@@ -38,7 +42,7 @@ from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical.program import EpochContext, EpochOutcome
-from strata.physical.vectorized import VectorizedProgram, VectorState
+from strata.physical.vectorized import DEFAULT_DRIVER_ROWS, VectorizedProgram, VectorState
 from strata.queries.algebra import GroupBy
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
@@ -70,6 +74,7 @@ class GroupRoute:
     outputs: list[list[str]]  # [output column, _k<j> or _a<i>, type]
     order_by: list[list[Any]]
     limit: int | None
+    deletes: bool = False  # the flow has _mult (every part is then a sum: invertible)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,8 +114,9 @@ def group_route(inc: IncrementalQuery, flow_ddl: Mapping[str, str]) -> GroupRout
     except QueryError:  # not a scan under filters and projections
         return None
     flows = inc.input_flows
-    if len(flows) != 1 or MULT in parse_ddl(flow_ddl[flows[0]]).names:
-        return None  # deletes need invertible (or multiset) parts: the general plan
+    if len(flows) != 1:
+        return None
+    deletes = MULT in parse_ddl(flow_ddl[flows[0]]).names
     keys = []
     for name, e in root.keys:
         t = type_of(e, root.child.columns)
@@ -139,9 +145,11 @@ def group_route(inc: IncrementalQuery, flow_ddl: Mapping[str, str]) -> GroupRout
                 e.name in aggregates or e.name in {k for k, _ in root.keys}):
             return None
         outputs.append([column, e.name, root.columns[column]])
+    if deletes and any(kind != "add" for _, kind, _, _ in parts):
+        return None  # min and max cannot take a row back: the general plan keeps them
     return GroupRoute(flows[0], flow_ddl[flows[0]], where, dict(columns), keys, parts,
                       aggregates, outputs, [list(o) for o in inc.query.order_by],
-                      inc.query.limit)
+                      inc.query.limit, deletes)
 
 
 # -- ⊗ and a, over Arrow -----------------------------------------------------------------
@@ -209,7 +217,8 @@ class MergeParts:
             raise OverflowError(f"a sum of this group overflows bigint ({e}); sum the column "
                                 "as double or decimal in the query (sum(CAST(col AS double)))"
                                 ) from None
-        new_state = merged.cast(route.state_schema())
+        alive = pc.greater(merged["_cnt"], 0)  # a group whose rows were all deleted leaves
+        new_state = merged.filter(alive).cast(route.state_schema())
         existed = pc.is_valid(both["s._cnt"])
         old_rows = answers(route, both, "s.")
         new_rows = answers(route, merged)
@@ -222,8 +231,10 @@ class MergeParts:
             t = pa.table({**columns, MULT: pa.array([mult] * len(both), pa.int64())})
             return t.filter(mask).cast(out_schema)
 
-        changes = pa.concat_tables([rows(old_rows, pc.and_(existed, pc.invert(same)), -1),
-                                    rows(new_rows, pc.invert(same), 1)])
+        changed = pc.invert(same)
+        changes = pa.concat_tables([
+            rows(old_rows, pc.and_(existed, pc.or_(changed, pc.invert(alive))), -1),
+            rows(new_rows, pc.and_(alive, changed), 1)])
         return VectorResult({self.output: changes}, new_state)
 
 
@@ -248,7 +259,8 @@ def _scan(ctx: EpochContext, files: list[str], route: GroupRoute, head: str,
     d = ctx.spark.read.schema(route.flow_ddl).parquet(*files)
     columns = ", ".join(f"{sql} AS `{c}`" for c, sql in route.columns.items())
     where = f" WHERE {route.where}" if route.where else ""
-    rows = f"(SELECT {columns}, CAST(1 AS bigint) AS `{MULT}` FROM "
+    mult = f"`{MULT}`" if route.deletes else "1"
+    rows = f"(SELECT {columns}, CAST({mult} AS bigint) AS `{MULT}` FROM "
     # spark.sql formats the text with str.format: braces of the query's own are escaped
     return ctx.spark.sql(_braces(head + rows) + "{d}" + _braces(f"{where}){tail}"), d=d)
 
@@ -284,7 +296,10 @@ class VectorQueryProgram(VectorizedProgram):
         keys = ", ".join(n for n in self.route.state_keys)
         return (f"{self.inc.explain()}\nruns on the vectorized route: h per group in Spark, "
                 f"then each of the stage's partitions merges it into its columnar state "
-                f"(keyed by {keys}) with Arrow; one Spark job per epoch")
+                f"(keyed by {keys}) with Arrow; one Spark job per epoch. A small epoch "
+                f"(spark.strata.driverEpoch.maxRows records, default "
+                f"{DEFAULT_DRIVER_ROWS:,}) reads the increment with Spark and aggregates "
+                f"and merges it in the driver, with no shuffle")
 
     def run(self, ctx: EpochContext) -> EpochOutcome:
         # the groups come out of Spark's aggregation partitioned as the stage needs them:
