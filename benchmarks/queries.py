@@ -451,7 +451,7 @@ def plot(result: dict, path: str) -> None:
             axes[0][j].plot(range(1, len(rows) + 1), [r["seconds"] for r in rows], ls="--",
                             color="grey", label="Spark floor (one job reading the increment)")
         axes[0][j].set_title(f"{name}: seconds per increment")
-        axes[1][j].set_title(f"{name}: shuffle write bytes")
+        axes[1][j].set_title(f"{name}: shuffle write bytes (0 drawn as 1)")
         axes[1][j].set_yscale("log")
         for ax in axes[:, j]:
             ax.set_xlabel("increment")
