@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 URLCOUNT = HERE.parent / "pipelines" / "urlcount_pipeline.py"
 SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
 QUERY = "SELECT url, COUNT(*) AS n FROM urls GROUP BY url"
+TASKS = ("--conf", "spark.strata.driverEpoch.maxRows=-1")  # vectorized epochs as tasks
 
 
 def _demo_outputs(home: Path) -> tuple[list, dict[int, list]]:
@@ -114,8 +115,10 @@ def urlcount_homes(cluster, spark, tmp_path_factory):
             env = driver_env(submit_args("spark.eventLog.enabled=true",
                                          f"spark.eventLog.dir=file://{log_dir}",
                                          "spark.eventLog.compress=false"))
+            # on the cluster the query's epochs run as tasks on the workers (their shuffle
+            # is measured below); locally, small, in the driver
             out = sh("run", URLCOUNT, "--home", home, "--master", cluster.master,
-                     "--partitions", "4", "--json", env=env)
+                     "--partitions", "4", "--json", *TASKS, env=env)
             runs.append({"report": json.loads(out), "shuffle": shuffle_per_epoch(log_dir)})
     return homes, runs
 
@@ -230,7 +233,7 @@ def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
     pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
     homes = run_here_and_on_cluster(
         cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))],
-        cluster_args=("--conf", "spark.strata.driverEpoch.maxRows=-1"))
+        cluster_args=TASKS)
     for target in ("counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target

@@ -17,6 +17,7 @@ from strata.controller.controller import Controller
 from strata.model.errors import EpochError
 from strata.observability.spark_metrics import SparkMetrics
 from strata.queries import NotIncrementalError, QueryError, UserAggregate, add_query
+from tests.helpers import vectorized_epochs
 
 PIPELINE = Path(__file__).parents[1] / "pipelines" / "urlcount_pipeline.py"
 SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
@@ -127,9 +128,22 @@ def test_bad_data_is_an_epoch_error_naming_stage_and_epoch(spark, tmp_path):
         assert c.runner.committed("ratio").epoch == 0  # nothing committed
 
 
-def test_group_state_is_never_reshuffled(spark, tmp_path):
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_group_state_is_never_reshuffled(spark, tmp_path, where):
     """Shuffle bytes per epoch follow the increment, not the state: growing the state 10×
-    leaves them about the same (Spark's shuffle write metrics)."""
+    leaves them about the same (Spark's shuffle write metrics). An epoch run in the
+    driver shuffles nothing at all."""
+    with vectorized_epochs(spark, where):
+        per_state = group_epoch_shuffles(spark, tmp_path)
+    if where == "driver":
+        assert per_state == {2_000: 0, 20_000: 0}
+    else:
+        assert per_state[2_000] > 0
+        assert per_state[20_000] < 1.5 * per_state[2_000]
+
+
+def group_epoch_shuffles(spark, tmp_path) -> dict[int, int]:
+    """The shuffle bytes of a group-by epoch of 500 rows over 2,000 and 20,000 groups."""
     metrics = SparkMetrics(spark)
     per_state = {}
     for keys in (2_000, 20_000):
@@ -144,8 +158,7 @@ def test_group_state_is_never_reshuffled(spark, tmp_path):
                 c.run()
             assert len(c.answer("g")) == keys
         per_state[keys] = m.shuffle_write_bytes
-    assert per_state[2_000] > 0
-    assert per_state[20_000] < 1.5 * per_state[2_000]
+    return per_state
 
 
 def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypatch):
