@@ -1,5 +1,8 @@
-"""Two compiled queries in one dataflow, for crash tests of query stages: a group-by with
-``avg`` and a join + group-by, over small increments with deletes (``_mult`` = -1).
+"""Two compiled queries in one dataflow, for crash tests of query stages on the general
+plan (its tables and manifests are what the tests check): a group-by with ``avg`` and a
+join + group-by, over small increments with deletes (``_mult`` = -1). The group-by would
+take the vectorized route, whose crash safety ``tests/test_vectorized_crash.py`` checks;
+it is kept on the general plan here.
 
 Two increments per source flow, so each query runs two epochs, the second over state.
 The scheduler alternates them: ``avg_by_x`` 1, ``revenue`` 1, ``avg_by_x`` 2, ``revenue``
@@ -39,7 +42,7 @@ def build_dataflow() -> Dataflow:
     df.source("orders", "cust bigint, amount bigint, _mult bigint")
     df.source("customers", "id bigint, country string, _mult bigint")
     for name, (sql, keys) in QUERIES.items():
-        add_query(df, name, sql, keys=keys or None)
+        add_query(df, name, sql, keys=keys or None, vectorized=False)
     return df
 
 
