@@ -42,7 +42,12 @@ from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical.program import EpochContext, EpochOutcome
-from strata.physical.vectorized import DEFAULT_DRIVER_ROWS, VectorizedProgram, VectorState
+from strata.physical.vectorized import (
+    DEFAULT_DRIVER_ROWS,
+    VectorizedProgram,
+    VectorState,
+    with_partition,
+)
 from strata.queries.algebra import GroupBy
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
@@ -334,11 +339,10 @@ class VectorQueryProgram(VectorizedProgram):
         lifts = [s for _, _, lift, _ in route.parts if (s := _split_lift(lift)) is not None]
         if not files or len(lifts) < len(route.parts):
             return super()._driver_rows(ctx)
-        kcols = ", ".join(self._key_columns())
         args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
-        rows = _scan(ctx, files, route, f"SELECT *, pmod(hash({kcols}), {ctx.num_partitions}) "
-                     f"AS __p FROM (SELECT {', '.join(_key_sql(route))}, {args} FROM ", ")"
-                     ).toArrow()
+        rows = with_partition(_scan(ctx, files, route, f"SELECT {', '.join(_key_sql(route))}, "
+                                    f"{args} FROM ", ""),
+                              self._key_columns(), ctx.num_partitions).toArrow()
         return self._aggregate(ctx, rows, [f for f, _ in lifts])
 
     def _aggregate(self, ctx: EpochContext, rows: pa.Table, funcs: list[str]) -> pa.Table:
