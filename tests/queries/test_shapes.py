@@ -217,14 +217,14 @@ def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path, where
 def test_the_driver_aggregates_only_lifts_arrow_can():
     """A part's lift is aggregated in Arrow when it is a sum, min or max of a row
     expression; any other form leaves ``h`` to Spark's aggregation."""
-    from strata.queries.vector_route import _split_lift
+    from strata.queries.arrow_lift import split_lift
 
-    assert _split_lift("sum(CAST((`y`) AS double) * `_mult`)") == (
+    assert split_lift("sum(CAST((`y`) AS double) * `_mult`)") == (
         "sum", "CAST((`y`) AS DOUBLE) * `_mult`")
-    assert _split_lift("min((`x` % 3))") == ("min", "(`x` % 3)")
-    assert _split_lift("max(`s`)") == ("max", "`s`")
+    assert split_lift("min((`x` % 3))") == ("min", "(`x` % 3)")
+    assert split_lift("max(`s`)") == ("max", "`s`")
     for other in ("count(`y`)", "sum(`y`) + 1", "avg(`y`)", "`y`"):
-        assert _split_lift(other) is None, other
+        assert split_lift(other) is None, other
 
 
 def both_routes(name: str, flow: str, schema: str, sqls: dict[str, str]) -> Dataflow:

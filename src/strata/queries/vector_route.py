@@ -27,14 +27,12 @@ placeholder, and a flag saying it was NULL.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from pyspark.sql import DataFrame
 from sqlglot import exp
 
@@ -49,6 +47,7 @@ from strata.physical.vectorized import (
     with_partition,
 )
 from strata.queries.algebra import GroupBy
+from strata.queries.arrow_lift import aggregate, outside, split_lift
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
 from strata.queries.expressions import MULT, to_sql, type_of
@@ -270,16 +269,6 @@ def _scan(ctx: EpochContext, files: list[str], route: GroupRoute, head: str,
     return ctx.spark.sql(_braces(head + rows) + "{d}" + _braces(f"{where}){tail}"), d=d)
 
 
-@functools.lru_cache(maxsize=256)
-def _split_lift(lift: str) -> tuple[str, str] | None:
-    """A lift ``sum(e)``, ``min(e)`` or ``max(e)`` as (Arrow's aggregate, ``e``)."""
-    node = sqlglot.parse_one(lift, read="spark")
-    funcs = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
-    if type(node) not in funcs or node.expressions:
-        return None
-    return funcs[type(node)], node.this.sql("spark")
-
-
 class VectorQueryProgram(VectorizedProgram):
     """A query stage whose group-by runs on the vectorized route (module docstring)."""
 
@@ -336,7 +325,7 @@ class VectorQueryProgram(VectorizedProgram):
         not a ``sum``, ``min`` or ``max`` of a row expression leaves it all to Spark."""
         route = self.route
         files = [f for inc in ctx.inputs.get(route.flow, ()) for f in inc.files]
-        lifts = [s for _, _, lift, _ in route.parts if (s := _split_lift(lift)) is not None]
+        lifts = [s for _, _, lift, _ in route.parts if (s := split_lift(lift)) is not None]
         if not files or len(lifts) < len(route.parts):
             return super()._driver_rows(ctx)
         args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
@@ -350,17 +339,10 @@ class VectorQueryProgram(VectorizedProgram):
         group as :meth:`_input_rows`' Spark plan would. Integer sums add as decimals, so
         one overflowing bigint is an error naming its group, not a wrap-around."""
         keys = [*self._key_columns(), "__p"]
-        columns = {k: rows[k] for k in keys}
-        for i, func in enumerate(funcs):
-            value = rows[f"__a{i}"]
-            if func == "sum" and pa.types.is_integer(value.type):
-                value = value.cast(pa.decimal128(38, 0))
-            columns[f"__a{i}"] = value
-        groups = pa.table(columns).group_by(keys, use_threads=False).aggregate(
-            [(f"__a{i}", func) for i, func in enumerate(funcs)])
+        groups = aggregate(rows, keys, [(f"__a{i}", func) for i, func in enumerate(funcs)])
         parts = {}
         for i, (name, _, _, t) in enumerate(self.route.parts):
-            value = groups[f"__a{i}_{funcs[i]}"]
+            value = groups[f"__a{i}"]
             target = parse_ddl(f"x {t}").field(0).type
             if pa.types.is_decimal(value.type) and pa.types.is_integer(target):
                 self._check_range(ctx, groups, value, target, t)
@@ -371,9 +353,7 @@ class VectorQueryProgram(VectorizedProgram):
 
     def _check_range(self, ctx: EpochContext, groups: pa.Table, value: pa.ChunkedArray,
                      target: pa.DataType, sql_type: str) -> None:
-        bound = pa.scalar(2 ** (target.bit_width - 1), pa.decimal128(38, 0))
-        over = pc.fill_null(pc.or_(pc.greater_equal(value, bound),
-                                   pc.less(value, pc.negate(bound))), False)
+        over = outside(value, target)
         if pc.any(over).as_py():
             row = groups.filter(over).slice(0, 1).to_pylist()[0]
             raise TranslateError(
