@@ -3,12 +3,14 @@ a plain-Python loop of the same definition, and the refusals that guard them."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from strata import Dataflow
 from strata.controller.controller import Controller
-from strata.queries import NotIncrementalError, QueryError, add_query, iterate, table
+from strata.queries import NotIncrementalError, QueryError, add_query, arrow_step, iterate, table
 
 SEEDS = [(0, 2.5, 2.5), (1, 2.5, 7.5), (2, 7.5, 2.5), (3, 7.5, 7.5)]
 PAGERANK_STEP = (
@@ -16,6 +18,29 @@ PAGERANK_STEP = (
     "JOIN ranks x ON e.src = x.node "
     "JOIN (SELECT src, count(*) AS deg FROM edges GROUP BY src) d ON e.src = d.src "
     "GROUP BY e.dst")
+
+
+@pytest.fixture(params=["arrow", "spark"])
+def steps_in(request, spark, monkeypatch):
+    """Run a test's steps with the Arrow path on (counting the operators it ran) and
+    off; the Arrow run must have taken the path."""
+    taken: dict[str, int] = {}
+    for name in ("mapped", "nearest", "lifted", "renamed"):
+        real = getattr(arrow_step, name)
+
+        def counted(*args, _real=real, _name=name):
+            out = _real(*args)
+            if out is not None:
+                taken[_name] = taken.get(_name, 0) + 1
+            return out
+        monkeypatch.setattr(arrow_step, name, counted)
+    spark.conf.set(arrow_step.CONF, str(request.param == "arrow").lower())
+    yield SimpleNamespace(arrow=request.param == "arrow", taken=taken)
+    spark.conf.unset(arrow_step.CONF)
+    if request.param == "arrow":
+        assert taken, "no step operator ran in Arrow"
+    else:
+        assert not taken
 
 
 def kmeans_query(times: int = 10, tolerance: float = 1e-9, points: str = "points"):
@@ -37,7 +62,8 @@ def numpy_kmeans(x: np.ndarray, y: np.ndarray, steps: int) -> np.ndarray:
     return c
 
 
-def test_kmeans_centroids_match_recomputation_after_every_increment(spark, tmp_path):
+def test_kmeans_centroids_match_recomputation_after_every_increment(spark, tmp_path,
+                                                                     steps_in):
     df = Dataflow("km")
     df.source("points", "x double, y double")
     df.source("seeds", "k int, x double, y double")
@@ -57,6 +83,8 @@ def test_kmeans_centroids_match_recomputation_after_every_increment(spark, tmp_p
             want = numpy_kmeans(np.concatenate(xs), np.concatenate(ys), 10)
             assert [k for k, _, _ in got] == [0, 1, 2, 3]
             assert np.abs(np.array([[gx, gy] for _, gx, gy in got]) - want).max() < 1e-2
+    if steps_in.arrow:  # points are assigned and their groups lifted in the driver
+        assert steps_in.taken.get("nearest") and steps_in.taken.get("lifted"), steps_in.taken
 
 
 def pagerank_continued(batches: list[list[tuple[int, int]]], times: int,
@@ -82,7 +110,7 @@ def pagerank_continued(batches: list[list[tuple[int, int]]], times: int,
     return out
 
 
-def test_pagerank_follows_its_definition_across_increments(spark, tmp_path):
+def test_pagerank_follows_its_definition_across_increments(spark, tmp_path, steps_in):
     """Each increment continues the loop from the last answer, touching only what the new
     links change and what those changes reach; the answers equal the plain-Python loop."""
     df = Dataflow("pr")

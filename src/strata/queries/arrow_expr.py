@@ -33,7 +33,7 @@ SPARK_TYPES = {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int",
 ARROW_TYPES = {"tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(),
                "bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
                "string": pa.string()}
-_NUMBERS = ["tinyint", "smallint", "int", "bigint", "double"]
+NUMBERS = ["tinyint", "smallint", "int", "bigint", "double"]
 _CHECKED: dict[type, Callable] = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked,
                                   exp.Mul: pc.multiply_checked}
 _COMPARE: dict[type, Callable] = {exp.EQ: pc.equal, exp.NEQ: pc.not_equal,
@@ -170,7 +170,7 @@ def _cast(v: Value, to: str) -> Value:
 def _number(v: Value) -> Value:
     if v[1] == "void":
         return _cast(v, "int")
-    if v[1] not in _NUMBERS:
+    if v[1] not in NUMBERS:
         raise Unsupported(f"arithmetic on {v[1]}")
     return v
 
@@ -188,8 +188,8 @@ def _widen(vals: list[Value]) -> tuple[list[pa.Array], str]:
     types = {st for _, st in vals if st != "void"}
     if not types:
         raise Unsupported("only NULLs")
-    if types <= set(_NUMBERS):
-        rt = max(types, key=_NUMBERS.index)
+    if types <= set(NUMBERS):
+        rt = max(types, key=NUMBERS.index)
     elif len(types) == 1:
         rt = types.pop()
     else:
@@ -225,6 +225,11 @@ def _case(e: exp.Case | exp.If, t: pa.Table) -> Value:
     arrays, rt = _widen(values)
     conditions = pa.StructArray.from_arrays(conds, names=[f"c{i}" for i in range(len(conds))])
     return pc.case_when(conditions, *arrays), rt
+
+
+def as_double(v: Value) -> pa.Array:
+    """A numeric value as doubles, as Spark's ``CAST(… AS double)``."""
+    return _cast(_number(v), "double")[0]
 
 
 def evaluate_all(outputs: Mapping[str, Expr | str], table: pa.Table) -> pa.Table:

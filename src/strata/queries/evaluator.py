@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from strata.model.errors import StrataError
-from strata.queries import driver_rows
+from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
@@ -63,6 +63,8 @@ class Evaluator:
         self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
         self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
         self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
+        # a step's operators over rows the driver holds run in Arrow where they can
+        self._arrow = mode is EvalMode.DIFFUSION and arrow_step.enabled(spark)
 
     def step(self, frames: Mapping[str, DataFrame], only: str | None = None) -> None:
         """Start a step of a diffusion: ``frames`` are the changes given directly, and
@@ -103,6 +105,9 @@ class Evaluator:
             return self._nearest(node, self.changes(node.left))
         if isinstance(node, Map):
             d = self.changes(node.child)
+            held = arrow_step.mapped(node, d) if self._arrow else None
+            if held is not None:
+                return held
             if node.where is not None:
                 d = d.where(F.expr(to_sql(node.where)))
             if node.outputs is not None:
@@ -122,6 +127,10 @@ class Evaluator:
     def _scan(self, node: Scan) -> DataFrame:
         if node.flow in self._frames:
             df = self._frames[node.flow]
+            held = arrow_step.renamed(df, {c: node.prefix + c for c in node.schema}) \
+                if self._arrow else None
+            if held is not None:
+                return held
             return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                              MULT)
         df = self.flow_rows(node.flow)
@@ -232,9 +241,10 @@ class Evaluator:
         if len(got) > MAX_CENTERS:
             raise StrataError(f"a nearest join compares each row with every center; "
                               f"{node.right.flow} has more than {MAX_CENTERS}")
+        now = arrow_step.nearest(node, rows, got) if self._arrow and got else None
         if not got:
             now = self._empty(node)
-        else:
+        elif now is None:
             prefixed = [node.right.prefix + c for c in cols]
             dists = []
             for i, r in enumerate(got):
@@ -255,12 +265,17 @@ class Evaluator:
         self._assigned[id(node)] = (rows, now)
         if before is None:
             return now
-        return now.unionByName(before.withColumn(MULT, -F.col(MULT)))
+        retracted = arrow_step.negated(before)
+        if retracted is None:
+            retracted = before.withColumn(MULT, -F.col(MULT))
+        return driver_rows.union([now, retracted])
 
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
         node = plan.node
-        h = lift(plan, d)
+        h = arrow_step.lifted(plan, d) if self._arrow else None
+        if h is None:
+            h = lift(plan, d)
         outputs = [n for n, _ in node.outputs]
         if self._deferred:  # only the groups this step touches, found by the held ``h``
             h = cut(h)[0]
