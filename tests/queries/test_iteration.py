@@ -25,7 +25,7 @@ def steps_in(request, spark, monkeypatch):
     """Run a test's steps with the Arrow path on (counting the operators it ran) and
     off; the Arrow run must have taken the path."""
     taken: dict[str, int] = {}
-    for name in ("mapped", "nearest", "lifted", "renamed"):
+    for name in ("mapped", "nearest", "lifted", "renamed", "merged", "keyed", "moves"):
         real = getattr(arrow_step, name)
 
         def counted(*args, _real=real, _name=name):
@@ -84,7 +84,8 @@ def test_kmeans_centroids_match_recomputation_after_every_increment(spark, tmp_p
             assert [k for k, _, _ in got] == [0, 1, 2, 3]
             assert np.abs(np.array([[gx, gy] for _, gx, gy in got]) - want).max() < 1e-2
     if steps_in.arrow:  # points are assigned and their groups lifted in the driver
-        assert steps_in.taken.get("nearest") and steps_in.taken.get("lifted"), steps_in.taken
+        assert all(steps_in.taken.get(f) for f in ("nearest", "lifted", "merged", "moves")), \
+            steps_in.taken
 
 
 def pagerank_continued(batches: list[list[tuple[int, int]]], times: int,

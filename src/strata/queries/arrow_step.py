@@ -14,13 +14,13 @@ conf ``spark.strata.iteration.arrow=false`` turns the Arrow path off.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from strata.queries import arrow_expr, driver_rows
@@ -170,3 +170,131 @@ def lifted(plan: GroupPlan, d: DataFrame) -> DataFrame | None:
                                    names=keys.column_names)
     out = pa.table({"_g": g, **parts})
     return _held(d, out)
+
+
+def merged(plan: GroupPlan, h: DataFrame, state: DataFrame | None,
+           ) -> tuple[DataFrame, DataFrame] | None:
+    """A step's group-by merge in Arrow: held ``h`` (touched groups) merged with their held
+    ``state`` rows (None: no state yet) by ``⊗``, answered by ``a``. The new state rows
+    (``_g``, parts, outputs, ``_keep``) and the group-by's changes (old answers out, new
+    in), as the Spark plan of ``Evaluator._group`` computes them."""
+    from strata.queries.evaluator import answer_scope
+    from strata.queries.expressions import bind
+
+    d, s = driver_rows.held(h), driver_rows.held(state) if state is not None else None
+    if d is None or (state is not None and s is None):
+        return None
+    node, outputs = plan.node, [n for n, _ in plan.node.outputs]
+    if any(node.columns[o] not in ARROW_TYPES for o in outputs):
+        return None
+    if s is not None:
+        pairs = driver_rows.match([d.column("_g")], [s.column("_g")], "left outer")
+        if pairs is None:
+            return None
+        d, s = d.take(pairs.column("__l")), s.take(pairs.column("__r"))
+        old = {c: s.column(c).combine_chunks() for c in s.column_names}
+    else:
+        old = {c: pa.nulls(d.num_rows, ARROW_TYPES[node.columns[c]]) for c in outputs}
+        old["_keep"] = pa.nulls(d.num_rows, pa.bool_())
+    both = pa.table({"s": pa.StructArray.from_arrays(list(old.values()), names=list(old)),
+                     "d": pa.StructArray.from_arrays(
+                         [d.column(c).combine_chunks() for c in d.column_names],
+                         names=d.column_names)})
+    try:
+        m = pa.table({"_g": d.column("_g")})
+        for p in plan.parts:
+            if p.name not in old and s is not None:
+                return None
+            merge = bind(p.merge, {"s": f"s.`{p.name}`" if p.name in old else "NULL",
+                                   "d": f"d.`{p.name}`"})
+            m = m.append_column(p.name, arrow_expr.evaluate(merge, both)[0])
+        scope = answer_scope(plan)
+        for o, e in node.outputs:
+            v, _ = arrow_expr.evaluate(bind(to_sql(e), scope), m)
+            m = m.append_column(o, v.cast(ARROW_TYPES[node.columns[o]]))
+        keep = pc.not_equal(m.column("_cnt"), 0)
+        if node.having is not None:
+            having, _ = arrow_expr.evaluate(bind(to_sql(node.having), scope), m)
+            keep = pc.and_kleene(keep, pc.fill_null(having, False))
+        m = m.append_column("_keep", keep)
+        same = pa.repeat(pa.scalar(True), m.num_rows)
+        for o in outputs:
+            pair = pa.table({"a": m.column(o), "b": old[o]})
+            same = pc.and_(same, arrow_expr.evaluate("a <=> b", pair)[0])
+    except Unsupported:
+        return None
+    old_keep, new_keep = pc.fill_null(old["_keep"], False), m.column("_keep")
+    gone = pc.and_(old_keep, pc.invert(pc.and_(new_keep, same)))
+    came = pc.and_(new_keep, pc.invert(pc.and_(old_keep, same)))
+    out_schema = pa.schema([pa.field(o, ARROW_TYPES[node.columns[o]]) for o in outputs])
+    retract = pa.table({o: old[o] for o in outputs}).cast(out_schema).filter(gone)
+    insert = m.select(outputs).cast(out_schema).filter(came)
+    changes = pa.concat_tables([
+        retract.append_column(MULT, pa.repeat(pa.scalar(-1, pa.int64()), retract.num_rows)),
+        insert.append_column(MULT, pa.repeat(pa.scalar(1, pa.int64()), insert.num_rows))])
+    state_cols = ["_g", *(p.name for p in plan.parts), *outputs, "_keep"]
+    rows = m.select(state_cols)
+    if state is not None:  # the state's own types, so the overlay merges in Arrow
+        target = to_arrow_schema(state.schema)
+        try:
+            rows = rows.cast(pa.schema([target.field(c) for c in state_cols]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            return None
+    return _held(h, rows), _held(h, changes)
+
+
+def keyed(columns: Mapping[str, str], key: Sequence[str], rows: DataFrame,
+          ) -> DataFrame | None:
+    """Held ``rows`` that insert (``_mult`` > 0) as rows of an iterate with ``columns``
+    (name → Spark type) and ``key``: ``_g`` (its key), its columns cast, ``_keep``."""
+    table = driver_rows.held(rows)
+    if table is None:
+        return None
+    table = table.filter(pc.greater(table.column(MULT), 0))
+    try:
+        cast = arrow_expr.evaluate_all({c: f"CAST(`{c}` AS {t})" for c, t in columns.items()},
+                                       table)
+    except Unsupported:
+        return None
+    g = pa.StructArray.from_arrays([cast.column(k).combine_chunks() for k in key],
+                                   names=list(key)) if table.num_rows else \
+        pa.array([], pa.struct([cast.schema.field(k) for k in key]))
+    out = pa.table({"_g": g, **{c: cast.column(c) for c in columns},
+                    "_keep": pa.repeat(pa.scalar(True), table.num_rows)})
+    return _held(rows, out)
+
+
+def moves(new: DataFrame, old: DataFrame | None, columns: Mapping[str, str],
+          tolerance: float) -> tuple[DataFrame, DataFrame | None] | None:
+    """Of held iterate rows ``new``, those that moved — new keys, or a column further
+    than ``tolerance`` (floats) or different (others) from its ``old`` row — and the old
+    rows they replace (None when there is no ``old``)."""
+    n = driver_rows.held(new)
+    o = driver_rows.held(old) if old is not None else None
+    if n is None or (old is not None and o is None):
+        return None
+    if o is None:
+        return new, None
+    pairs = driver_rows.match([n.column("_g")], [o.column("_g")], "left outer")
+    if pairs is None:
+        return None
+    n, o = n.take(pairs.column("__l")), o.take(pairs.column("__r"))
+    both = pa.table({"n": pa.StructArray.from_arrays(
+        [n.column(c).combine_chunks() for c in columns], names=list(columns)),
+        "o": pa.StructArray.from_arrays([o.column(c).combine_chunks() for c in columns],
+                                        names=list(columns)),
+        "__tol": pa.repeat(pa.scalar(float(tolerance)), n.num_rows)})
+    far = [f"coalesce(n.`{c}` - o.`{c}` > __tol OR o.`{c}` - n.`{c}` > __tol, "
+           f"NOT (n.`{c}` <=> o.`{c}`))" if tolerance > 0 and t in ("float", "double")
+           else f"NOT (n.`{c}` <=> o.`{c}`)" for c, t in columns.items()]
+    try:
+        differs, _ = arrow_expr.evaluate(" OR ".join(far), both)
+    except Unsupported:
+        return None
+    had = pc.is_valid(pairs.column("__r"))
+    moved = pc.or_(pc.invert(had), pc.fill_null(differs, False))
+    schema = {f.name: f for f in new.schema.fields}
+    old_rows = o.filter(pc.and_(had, moved)).select(n.column_names)
+    return (driver_rows.from_arrow(new.sparkSession, n.filter(moved), new.schema),
+            driver_rows.from_arrow(new.sparkSession, old_rows.cast(n.schema),
+                                   StructType([schema[c] for c in n.column_names])))

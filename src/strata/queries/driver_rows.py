@@ -171,3 +171,57 @@ def _loosest(schemas: Sequence[StructType]) -> StructType:
     columns by position)."""
     return StructType([StructField(f[0].name, f[0].dataType, any(g.nullable for g in f))
                        for f in zip(*(s.fields for s in schemas), strict=True)])
+
+
+def _placeholder(t: pa.DataType) -> pa.Scalar | None:
+    if pa.types.is_integer(t):
+        return pa.scalar(0, t)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.scalar("", t)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pa.scalar(b"", t)
+    if pa.types.is_boolean(t):
+        return pa.scalar(False)
+    return None
+
+
+def _flat(columns: Sequence[pa.Array]) -> dict[str, pa.Array] | None:
+    """Join columns for key values: each value with NULL replaced by a placeholder, and
+    a flag saying it was NULL (so NULL matches NULL, as Spark compares struct fields).
+    A struct column stands for its fields. None for a type Arrow does not match as
+    Spark does (floats: Spark equates -0.0 with 0.0)."""
+    out: dict[str, pa.Array] = {}
+    parts: list[pa.Array] = []
+    for c in columns:
+        if pa.types.is_struct(c.type):
+            parts += [pc.struct_field(c, [i]) for i in range(c.type.num_fields)]
+        else:
+            parts.append(c)
+    for i, p in enumerate(parts):
+        fill = _placeholder(p.type)
+        if fill is None:
+            return None
+        out[f"__k{i}"] = pc.fill_null(p, fill)
+        out[f"__n{i}"] = pc.is_null(p)
+    return out
+
+
+def match(left: Sequence[pa.Array], right: Sequence[pa.Array], how: str,
+          ) -> pa.Table | None:
+    """Rows of two tables with equal keys (``left`` and ``right``: their key columns, a
+    struct column standing for its fields): a table of ``__l`` (left row) and, unless
+    ``how`` is ``left semi`` or ``left anti``, ``__r`` (right row, NULL where a ``left
+    outer`` row has none), in left row order. None if a key type is not matched here."""
+    a, b = _flat([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+                  for c in left]), _flat([c.combine_chunks() if isinstance(
+                      c, pa.ChunkedArray) else c for c in right])
+    if a is None or b is None or [x.type for x in a.values()] != [x.type for x in b.values()]:
+        return None
+    n, m = len(next(iter(left))), len(next(iter(right)))
+    lt = pa.table({**a, "__l": pa.array(range(n), pa.int64())})
+    rt = pa.table({**b, "__r": pa.array(range(m), pa.int64())})
+    if how in ("left semi", "left anti"):
+        rt = rt.drop_columns(["__r"])
+    out = lt.join(rt, list(a), join_type=how, use_threads=False)
+    out = out.select(["__l"] if how in ("left semi", "left anti") else ["__l", "__r"])
+    return out.take(pc.sort_indices(out, [("__l", "ascending")]))

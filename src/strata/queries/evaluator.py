@@ -7,7 +7,7 @@ import functools
 import operator
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -63,8 +63,8 @@ class Evaluator:
         self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
         self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
         self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
-        # a step's operators over rows the driver holds run in Arrow where they can
-        self._arrow = mode is EvalMode.DIFFUSION and arrow_step.enabled(spark)
+        # whether a step's operators over rows the driver holds run in Arrow where they can
+        self.arrow = mode is EvalMode.DIFFUSION and arrow_step.enabled(spark)
 
     def step(self, frames: Mapping[str, DataFrame], only: str | None = None) -> None:
         """Start a step of a diffusion: ``frames`` are the changes given directly, and
@@ -105,7 +105,7 @@ class Evaluator:
             return self._nearest(node, self.changes(node.left))
         if isinstance(node, Map):
             d = self.changes(node.child)
-            held = arrow_step.mapped(node, d) if self._arrow else None
+            held = arrow_step.mapped(node, d) if self.arrow else None
             if held is not None:
                 return held
             if node.where is not None:
@@ -128,7 +128,7 @@ class Evaluator:
         if node.flow in self._frames:
             df = self._frames[node.flow]
             held = arrow_step.renamed(df, {c: node.prefix + c for c in node.schema}) \
-                if self._arrow else None
+                if self.arrow else None
             if held is not None:
                 return held
             return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
@@ -237,11 +237,14 @@ class Evaluator:
         assert isinstance(node.right, Scan)
         centers = self.tables.current(self._whole[node.right.flow])
         cols = list(node.right.schema)
-        got = centers.select(*cols).limit(MAX_CENTERS + 1).collect() if centers else []
+        held = driver_rows.held(centers) if centers is not None else None
+        got: Sequence[Any] = (
+            held.select(cols).slice(0, MAX_CENTERS + 1).to_pylist() if held is not None
+            else centers.select(*cols).limit(MAX_CENTERS + 1).collect() if centers else [])
         if len(got) > MAX_CENTERS:
             raise StrataError(f"a nearest join compares each row with every center; "
                               f"{node.right.flow} has more than {MAX_CENTERS}")
-        now = arrow_step.nearest(node, rows, got) if self._arrow and got else None
+        now = arrow_step.nearest(node, rows, got) if self.arrow and got else None
         if not got:
             now = self._empty(node)
         elif now is None:
@@ -273,13 +276,17 @@ class Evaluator:
     # -- group-by --------------------------------------------------------------------------
     def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
         node = plan.node
-        h = arrow_step.lifted(plan, d) if self._arrow else None
+        h = arrow_step.lifted(plan, d) if self.arrow else None
         if h is None:
             h = lift(plan, d)
         outputs = [n for n, _ in node.outputs]
         if self._deferred:  # only the groups this step touches, found by the held ``h``
             h = cut(h)[0]
-            state = self.tables.lookup(plan.name, h.select("_g"))
+            state = self.tables.lookup(plan.name, driver_rows.select(h, ["_g"]))
+            done = arrow_step.merged(plan, h, state) if self.arrow else None
+            if done is not None:
+                self.tables.upsert(plan.name, done[0], count="_cnt")
+                return done[1]
         else:
             state = self.tables.read(plan.name)
         if state is None:  # no state yet: an empty table of the same shape

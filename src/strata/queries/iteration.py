@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from strata.queries import driver_rows
+from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy, Map, Query, Scan
 from strata.queries.api import Relation
 from strata.queries.errors import NotIncrementalError, QueryError
@@ -167,21 +167,30 @@ class IterationProgram(QueryProgram):
         it, tables = self.it, run.tables
         fresh = self._keyed(run.changes(self.init.root).where(f"{MULT} > 0"))
         fresh = fresh.dropDuplicates(["_g"])
-        known = tables.lookup(ITERATE, fresh.select("_g"))
+        known = tables.lookup(ITERATE, driver_rows.select(fresh, ["_g"]))
         if known is not None:
             fresh = fresh.join(known.select("_g"), "_g", "left_anti")
         tables.upsert(ITERATE, fresh)
         dx = self._signed(self._overlay(tables), 1)
         carried = tables.read(PENDING)
         if carried is not None:  # what the last step of the previous epoch moved
-            dx = dx.unionByName(carried)
+            small = tables.arrow(PENDING) if run.arrow else None
+            if small is not None:
+                carried = driver_rows.from_arrow(run.spark, small, tables.schema(PENDING))
+            dx = driver_rows.union([dx, carried])
+        arrow = run.arrow
         for i in range(it.times):
             began = time.perf_counter()
             run.step({it.name: dx}, only=None if i == 0 else it.name)
             dy = run.changes(self.inc.root)
-            new = self._keyed(dy.where(f"{MULT} > 0"))
-            old = tables.lookup(ITERATE, new.select("_g"))
-            if old is None:
+            new = arrow_step.keyed(it.columns, it.key, dy) if arrow else None
+            if new is None:
+                new = self._keyed(dy.where(f"{MULT} > 0"))
+            old = tables.lookup(ITERATE, driver_rows.select(new, ["_g"]))
+            done = arrow_step.moves(new, old, it.columns, it.tolerance) if arrow else None
+            if done is not None:
+                moved, retract = done
+            elif old is None:
                 moved, retract = cut(new)[0], None
             else:
                 n, o = new.alias("n"), old.alias("o")

@@ -20,10 +20,13 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from strata.model.errors import StrataError
 from strata.physical.session import default_parallelism, is_connect
@@ -73,6 +76,7 @@ class QueryTables:
         self.staged: list[_Staged] = []
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
         self._read: dict[str, DataFrame | None] = {}
+        self._arrow: dict[str, pa.Table | None] = {}
         if sweep:
             self._sweep()
 
@@ -93,6 +97,32 @@ class QueryTables:
         if name not in self._read:  # its files do not change before the epoch commits
             self._read[name] = self._open(name)
         return self._read[name]
+
+    def has(self, name: str) -> bool:
+        """Whether committed table ``name`` has rows (files)."""
+        return bool(self.live.get(name, {}).get("files"))
+
+    def schema(self, name: str) -> StructType:
+        """The committed table's Spark schema (from the catalog entry: no Spark call)."""
+        return frames.spark_type(self.live[name]["ddl"])
+
+    def arrow(self, name: str) -> pa.Table | None:
+        """The committed table as Arrow, read by the driver once per epoch, if it has rows
+        and at most ``DRIVER_ROWS`` of them (an iteration's small state); else None."""
+        if name not in self._arrow:
+            self._arrow[name] = self._read_small(name)
+        return self._arrow[name]
+
+    def _read_small(self, name: str) -> pa.Table | None:
+        if not self.has(name):
+            return None
+        t = self.live[name]
+        opened = [pq.ParquetFile(p, filesystem=fsys) for fsys, p in map(fs.resolve,
+                                                                          t["files"])]
+        if sum(f.metadata.num_rows for f in opened) > frames.DRIVER_ROWS:
+            return None
+        schema = to_arrow_schema(self.schema(name))
+        return pa.concat_tables([f.read(columns=schema.names).cast(schema) for f in opened])
 
     def _open(self, name: str) -> DataFrame | None:
         t = self.live.get(name)
@@ -198,9 +228,12 @@ class QueryTables:
     def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:
         """The rows of keyed table ``name`` (committed, then overridden by rows upserted
         this epoch) whose ``_g`` is among ``keys``; None if it has neither."""
-        base, over = self.read(name), self.overlay.get(name)
-        if base is None and over is None:
+        if not self.has(name) and name not in self.overlay:
             return None
+        held = self._lookup_held(name, keys)
+        if held is not None:
+            return held
+        base, over = self.read(name), self.overlay.get(name)
         found = None
         if base is not None:  # a semi join with the bucketed table shuffles only ``keys``
             found = base.join(keys, "_g", "left_semi")
@@ -210,6 +243,42 @@ class QueryTables:
             mine = over.join(keys, "_g", "left_semi").where("_live").drop("_live")
             found = mine if found is None else found.unionByName(mine)
         return found
+
+    def _lookup_held(self, name: str, keys: DataFrame) -> DataFrame | None:
+        """:meth:`lookup` in Arrow, when the keys and the overlay are held and the
+        committed table is small or absent; else None."""
+        wanted, over = driver_rows.held(keys), self.overlay.get(name)
+        mine = driver_rows.held(over) if over is not None else None
+        base = self.arrow(name) if self.has(name) else None
+        if wanted is None or (over is not None and mine is None) or (
+                self.has(name) and base is None):
+            return None
+        parts = []
+        if base is not None:
+            hit = driver_rows.match([base.column("_g")], [wanted.column("_g")], "left semi")
+            if hit is None:
+                return None
+            found = base.take(hit.column("__l"))
+            if mine is not None:
+                fresh = driver_rows.match([found.column("_g")], [mine.column("_g")],
+                                          "left anti")
+                if fresh is None:
+                    return None
+                found = found.take(fresh.column("__l"))
+            parts.append(found)
+        if mine is not None:
+            hit = driver_rows.match([mine.column("_g")], [wanted.column("_g")], "left semi")
+            if hit is None:
+                return None
+            live = mine.take(hit.column("__l"))
+            parts.append(live.filter(pc.fill_null(live.column("_live"), False))
+                         .drop_columns(["_live"]))
+        schema = self.schema(name) if base is not None else StructType(
+            [f for f in over.schema.fields if f.name != "_live"])  # type: ignore[union-attr]
+        arrow_schema = to_arrow_schema(schema)
+        rows = pa.concat_tables([p.select(arrow_schema.names).cast(arrow_schema)
+                                 for p in parts])
+        return driver_rows.from_arrow(self.spark, rows, schema)
 
     def upsert(self, name: str, rows: DataFrame, count: str | None = None) -> None:
         """Override keyed table ``name``'s rows with ``rows`` (one per ``_g``) until
@@ -228,6 +297,21 @@ class QueryTables:
         base, over = self.read(name), self.overlay.get(name)
         if over is None:
             return base
+        mine_held, small = driver_rows.held(over), self.arrow(name)
+        if mine_held is not None and (base is None or small is not None):
+            live = mine_held.filter(pc.fill_null(mine_held.column("_live"), False)
+                                    ).drop_columns(["_live"])
+            schema = StructType([f for f in over.schema.fields if f.name != "_live"])
+            if small is not None:
+                kept = driver_rows.match([small.column("_g")], [live.column("_g")],
+                                         "left anti")
+                if kept is not None:
+                    arrow_schema = to_arrow_schema(schema)
+                    live = pa.concat_tables([small.take(kept.column("__l")).select(
+                        arrow_schema.names).cast(arrow_schema), live.cast(arrow_schema)])
+                    return driver_rows.from_arrow(self.spark, live, schema)
+            else:
+                return driver_rows.from_arrow(self.spark, live, schema)
         mine = over.where("_live").drop("_live")
         if base is None:
             return mine
