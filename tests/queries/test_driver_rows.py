@@ -75,10 +75,12 @@ def test_cut_holds_what_it_brings_to_the_driver(spark):
     assert rows == 5 and driver_rows.held(held).num_rows == 5
     assert local_rows(held) == 5
     projected = held.where("v > 2").select("_g")  # a local relation, not held itself
-    again, rows = cut(projected)
-    assert again is projected and rows == 3  # found local by the optimizer: no job
-    empty, rows = cut(held.where("v < 0"))
-    assert rows == 0 and empty.count() == 0
+    assert driver_rows.held(projected) is None
+    again, rows = cut(projected)  # held again, so what follows can run in Arrow
+    assert rows == 3 and driver_rows.held(again).num_rows == 3
+    assert sorted(r._g.a for r in again.collect()) == [2, 3, 4]
+    empty, rows = cut(held.where("v < 0"))  # no rows: held without a Spark job
+    assert rows == 0 and driver_rows.held(empty).num_rows == 0 and empty.count() == 0
 
 
 def test_float_keys_are_left_to_spark(spark):

@@ -25,7 +25,8 @@ def steps_in(request, spark, monkeypatch):
     """Run a test's steps with the Arrow path on (counting the operators it ran) and
     off; the Arrow run must have taken the path."""
     taken: dict[str, int] = {}
-    for name in ("mapped", "nearest", "lifted", "renamed", "merged", "keyed", "moves"):
+    for name in ("mapped", "nearest", "lifted", "renamed", "merged", "keyed", "moves",
+                 "with_lineage"):
         real = getattr(arrow_step, name)
 
         def counted(*args, _real=real, _name=name):
@@ -138,6 +139,9 @@ def test_pagerank_follows_its_definition_across_increments(spark, tmp_path, step
             got = {r["node"]: r["rank"] for r in c.answer("pagerank").to_pylist()}
             assert set(got) == set(expected)
             assert max(abs(got[k] - expected[k]) for k in got) < 1e-9
+    if steps_in.arrow:  # ranks are joined with the stored links, summed and merged in Arrow
+        assert all(steps_in.taken.get(f) for f in ("with_lineage", "lifted", "merged",
+                                                   "moves")), steps_in.taken
 
 
 def test_iteration_refusals_name_the_problem():

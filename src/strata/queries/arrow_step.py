@@ -298,3 +298,42 @@ def moves(new: DataFrame, old: DataFrame | None, columns: Mapping[str, str],
     return (driver_rows.from_arrow(new.sparkSession, n.filter(moved), new.schema),
             driver_rows.from_arrow(new.sparkSession, old_rows.cast(n.schema),
                                    StructType([schema[c] for c in n.column_names])))
+
+
+def with_lineage(d: DataFrame, cols: Sequence[str], types: Sequence[str],
+                 lineage: Sequence[str]) -> DataFrame | None:
+    """Held join input ``d`` without rows whose key ``cols`` has a NULL, with each key
+    column cast to the join's common type as lineage column ``lineage[i]``."""
+    table = driver_rows.held(d)
+    if table is None:
+        return None
+    ok = pa.repeat(pa.scalar(True), table.num_rows)
+    for c in cols:
+        ok = pc.and_(ok, pc.is_valid(table.column(c)))
+    table = table.filter(ok)
+    try:
+        keys = arrow_expr.evaluate_all(
+            {j: f"CAST(`{c}` AS {t})" for c, t, j in zip(cols, types, lineage, strict=True)},
+            table)
+    except Unsupported:
+        return None
+    for j in lineage:
+        table = table.append_column(keys.schema.field(j), keys.column(j))
+    return _held(d, table)
+
+
+def paired(a: pa.Table, b: pa.Table, lineage: Sequence[str], lcols: Sequence[str],
+           rcols: Sequence[str]) -> pa.Table | None:
+    """The inner join of join inputs ``a`` and ``b`` on their lineage columns: ``lcols``
+    of ``a``, ``rcols`` of ``b``, and the product of their ``_mult``."""
+    pairs = driver_rows.match([a.column(j) for j in lineage], [b.column(j) for j in lineage],
+                              "inner")
+    if pairs is None:
+        return None
+    left, right = a.take(pairs.column("__l")), b.take(pairs.column("__r"))
+    try:
+        mult = pc.multiply_checked(left.column(MULT), right.column(MULT))
+    except pa.ArrowInvalid:
+        return None  # Spark's overflow error
+    return pa.table({**{c: left.column(c) for c in lcols},
+                     **{c: right.column(c) for c in rcols}, MULT: mult})

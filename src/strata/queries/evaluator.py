@@ -9,9 +9,12 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 from sqlglot import exp
 
 from strata.model.errors import StrataError
@@ -174,6 +177,9 @@ class Evaluator:
                 F.col(f"`{c}`").cast(t).alias(j)
                 for c, t, j in zip(cols, types, lineage, strict=True)])
 
+        held = self._join_held(plan, dl, dr, types, lineage) if self.arrow else None
+        if held is not None:
+            return held
         dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
         left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
             f"{plan.name}_right")
@@ -208,6 +214,39 @@ class Evaluator:
         for side, delta, old in (("left", dl, left), ("right", dr, right)):
             self._append(f"{plan.name}_{side}", delta, old, lineage)
         return out
+
+    def _join_held(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame, types: list[str],
+                   lineage: list[str]) -> DataFrame | None:
+        """A step's join in Arrow: both sides' changes held, the stored inputs small and
+        the inputs held back this epoch held too; else None."""
+        node = plan.node
+        kl = arrow_step.with_lineage(dl, node.left_keys, types, lineage)
+        kr = arrow_step.with_lineage(dr, node.right_keys, types, lineage)
+        if kl is None or kr is None:
+            return None
+        a, b = driver_rows.held(kl), driver_rows.held(kr)
+        assert a is not None and b is not None
+        sides: dict[str, list[pa.Table]] = {}
+        for side in ("left", "right"):
+            name = f"{plan.name}_{side}"
+            stored = self.tables.arrow(name) if self.tables.has(name) else None
+            extra = [driver_rows.held(f) for f in self._held.get(name, [])]
+            if (self.tables.has(name) and stored is None) or any(e is None for e in extra):
+                return None
+            sides[side] = [t for t in (stored, *extra) if t is not None]
+        todo = [(a, b), *((a, r) for r in sides["right"] if a.num_rows),
+                *((lt, b) for lt in sides["left"] if b.num_rows)]
+        lcols, rcols = list(node.left.columns), list(node.right.columns)
+        pairs = [arrow_step.paired(x, y, lineage, lcols, rcols) for x, y in todo]
+        if any(p is None for p in pairs):
+            return None
+        fields = {**{f.name: f for f in kr.schema.fields}, **{f.name: f for f in kl.schema.fields}}
+        schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
+        arrow_schema = to_arrow_schema(schema)
+        out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
+        for side, delta in (("left", kl), ("right", kr)):
+            self._append(f"{plan.name}_{side}", delta, None, lineage)
+        return driver_rows.from_arrow(self.spark, out, schema)
 
     def _append(self, name: str, delta: DataFrame, old: DataFrame | None,
                 lineage: list[str]) -> None:

@@ -51,8 +51,10 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
         rows = _local_under_limit(limited)
         if rows is not None and rows > DRIVER_ROWS:  # the limit may be folded into it
             rows = local_rows(df)
-    if rows is not None:
-        return df, rows
+    if rows == 0:  # held as an empty table, so steps that follow can stay in Arrow
+        return driver_rows.from_arrow(df.sparkSession,
+                                      to_arrow_schema(df.schema).empty_table(),
+                                      df.schema), 0
     table = limited.toArrow()
     if table.num_rows <= DRIVER_ROWS:
         return driver_rows.from_arrow(df.sparkSession, table, df.schema), table.num_rows
@@ -107,7 +109,7 @@ def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
     """An empty DataFrame of schema ``ddl`` that Spark's optimizer knows to be empty (a
     local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
     schema = spark_type(ddl)
-    return spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
+    return driver_rows.from_arrow(spark, to_arrow_schema(schema).empty_table(), schema)
 
 
 def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
