@@ -28,7 +28,8 @@ row = st.fixed_dictionaries({
 
 leaves = st.sampled_from(["a", "b", "t", "x", "s", "f", "g.k", "`g`.`k`", "1", "0", "-7",
                           "2147483647", "9000000000", "NULL", "TRUE", "'a'",
-                          "CAST(2.5 AS DOUBLE)", "CAST(NULL AS BIGINT)"])
+                          "CAST(2.5 AS DOUBLE)", "CAST(0.15 AS DOUBLE)", "CAST(1e-3 AS DOUBLE)",
+                          "CAST(NULL AS BIGINT)"])
 
 
 def compound(inner):
@@ -99,7 +100,7 @@ SUPPORTED = [
     "s = 'a'", "a <=> NULL", "f AND a > 0", "NOT f OR x IS NULL", "coalesce(a, b, 0)",
     "greatest(a, t, NULL)", "least(x, 1)", "CASE WHEN a > 0 THEN x ELSE 0 END",
     "IF(f, a, b)", "CAST(a AS BIGINT) + 9000000000", "CAST(t AS DOUBLE) * x",
-    "CAST(a AS BOOLEAN)", "`g`.`k` + 1"]
+    "CAST(a AS BOOLEAN)", "`g`.`k` + 1", "CAST(0.15 AS DOUBLE) + CAST(0.85 AS DOUBLE) * x"]
 
 
 @pytest.mark.parametrize("text", SUPPORTED)

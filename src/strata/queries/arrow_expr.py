@@ -71,7 +71,12 @@ def _eval(e: Expr, t: pa.Table) -> Value:
     if isinstance(e, exp.Boolean):
         return pa.repeat(pa.scalar(e.this, pa.bool_()), n), "boolean"
     if isinstance(e, exp.Cast):
-        return _cast(_eval(e.this, t), e.to.sql(dialect="spark").lower())
+        to = e.to.sql(dialect="spark").lower()
+        lit = e.this
+        if to == "double" and isinstance(lit, exp.Literal) and lit.is_number:
+            # how queries write a decimal constant as a double (expressions.to_sql)
+            return pa.repeat(pa.scalar(float(lit.this), pa.float64()), n), "double"
+        return _cast(_eval(lit, t), to)
     if isinstance(e, exp.Neg):
         v, vt = _number(_eval(e.this, t))
         return (pc.negate_checked(v) if vt != "double" else pc.negate(v)), vt

@@ -137,6 +137,11 @@ class Evaluator:
             return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                              MULT)
         df = self.flow_rows(node.flow)
+        if self.arrow:  # an iteration's increment: held, so the steps can run in Arrow
+            df = cut(df)[0]
+            held = arrow_step.renamed(df, {c: node.prefix + c for c in node.schema})
+            if held is not None:
+                return held
         return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                          MULT)
 
