@@ -225,3 +225,24 @@ def match(left: Sequence[pa.Array], right: Sequence[pa.Array], how: str,
     out = lt.join(rt, list(a), join_type=how, use_threads=False)
     out = out.select(["__l"] if how in ("left semi", "left anti") else ["__l", "__r"])
     return out.take(pc.sort_indices(out, [("__l", "ascending")]))
+
+
+def netted(frames: Sequence[DataFrame], mult: str = "_mult") -> DataFrame | None:
+    """The rows of held ``frames`` with equal rows' multiplicities (column ``mult``)
+    added up and rows that cancel dropped; None unless all are held with the same
+    columns of types Arrow groups by. Only identical values merge, so this never merges
+    rows Spark would tell apart."""
+    tables = [held(f) for f in frames]
+    if any(t is None for t in tables) or len({tuple(f.columns) for f in frames}) != 1:
+        return None
+    both = pa.concat_tables([t.cast(_nullable(tables[0].schema))  # type: ignore[union-attr]
+                             for t in tables])
+    keys = [c for c in both.column_names if c != mult]
+    if not all(pa.types.is_integer(t) or pa.types.is_floating(t) or _groupable(t)
+               for t in both.select(keys).schema.types):
+        return None
+    sums = both.group_by(keys, use_threads=False).aggregate([(mult, "sum")])
+    sums = pa.table({**{k: sums[k] for k in keys}, mult: sums[f"{mult}_sum"]})
+    out = sums.filter(pc.not_equal(sums.column(mult), 0)).select(both.column_names)
+    return from_arrow(frames[0].sparkSession, out.cast(both.schema),
+                      _loosest([f.schema for f in frames]))

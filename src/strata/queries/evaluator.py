@@ -91,9 +91,12 @@ class Evaluator:
         self._deferred = False
         self._frames, self._only = {}, None
         for name, frames in self._held.items():
-            delta = frames[0]
-            for f in frames[1:]:
-                delta = delta.unionByName(f)
+            # a step retracts what an earlier step inserted: held rows cancel here
+            delta = driver_rows.netted(frames) if self.arrow else None
+            if delta is None:
+                delta = frames[0]
+                for f in frames[1:]:
+                    delta = delta.unionByName(f)
             self._append(name, delta, self.tables.read(name), self._lineage[name])
         self._held.clear()
         self.tables.flush_overlays()
