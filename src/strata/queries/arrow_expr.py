@@ -19,6 +19,7 @@ words. ``tests/queries/test_arrow_expr.py`` compares results and types with Spar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import pyarrow as pa
@@ -50,12 +51,19 @@ Value = tuple[pa.Array, str]  # an evaluated expression and its Spark type ("voi
 
 def evaluate(text: Expr | str, table: pa.Table) -> Value:
     """``text`` (Spark SQL) over every row of ``table``: an array and its Spark type."""
-    e = parse(text)
+    e = _parsed(text) if isinstance(text, str) else text
     try:
         return _eval(e, table)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ZeroDivisionError,
             OverflowError) as err:
         raise Unsupported(f"{e.sql('spark')}: {err}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Expr:
+    """``text`` parsed once: a step evaluates the same few expressions many times (the
+    tree is only read)."""
+    return parse(text)
 
 
 def _eval(e: Expr, t: pa.Table) -> Value:

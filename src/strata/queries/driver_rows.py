@@ -15,6 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from py4j.java_gateway import JavaObject
@@ -153,7 +154,7 @@ def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None
                              b.cast(_nullable(a.schema))]).combine_chunks()
     keys = both.column(key).chunk(0) if both.num_rows else pa.array([], key_type)
     index = pa.table({**{f"k{i}": pc.struct_field(keys, [i]) for i in range(key_type.num_fields)},
-                      "i": pa.array(range(both.num_rows), pa.int64())})
+                      "i": pa.array(np.arange(both.num_rows, dtype=np.int64))})
     last = index.group_by([f"k{i}" for i in range(key_type.num_fields)],
                           use_threads=False).aggregate([("i", "max")]).column("i_max")
     keep = pc.take(last, pc.sort_indices(last))  # the rows kept, in their order
@@ -218,8 +219,8 @@ def match(left: Sequence[pa.Array], right: Sequence[pa.Array], how: str,
     if a is None or b is None or [x.type for x in a.values()] != [x.type for x in b.values()]:
         return None
     n, m = len(next(iter(left))), len(next(iter(right)))
-    lt = pa.table({**a, "__l": pa.array(range(n), pa.int64())})
-    rt = pa.table({**b, "__r": pa.array(range(m), pa.int64())})
+    lt = pa.table({**a, "__l": pa.array(np.arange(n, dtype=np.int64))})
+    rt = pa.table({**b, "__r": pa.array(np.arange(m, dtype=np.int64))})
     if how in ("left semi", "left anti"):
         rt = rt.drop_columns(["__r"])
     out = lt.join(rt, list(a), join_type=how, use_threads=False)

@@ -9,6 +9,7 @@ query's output flow has a schema before any Spark session exists.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import sqlglot
@@ -105,8 +106,13 @@ def bind(body: str, args: Mapping[str, str]) -> str:
     """SQL ``body`` with the columns named in ``args`` replaced by their SQL (parenthesised),
     on the parsed expression, so only whole identifiers are replaced: how lift, merge and
     answer templates get their arguments."""
+    return _bind(body, tuple(args.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind(body: str, args: tuple[tuple[str, str], ...]) -> str:
     tree = sqlglot.parse_one(body, read="spark")
-    repl = {k: sqlglot.parse_one(v, read="spark") for k, v in args.items()}
+    repl = {k: sqlglot.parse_one(v, read="spark") for k, v in args}
     out = tree.transform(lambda n: exp.paren(repl[n.name].copy())
                          if isinstance(n, exp.Column) and not n.table and n.name in repl else n)
     return out.sql(dialect="spark")
