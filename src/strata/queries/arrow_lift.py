@@ -24,7 +24,7 @@ _WIDE = pa.decimal128(38, 0)
 def split_lift(lift: str) -> tuple[str, str] | None:
     """A lift ``sum(e)``, ``min(e)`` or ``max(e)`` as (Arrow's aggregate, ``e``)."""
     node = sqlglot.parse_one(lift, read="spark")
-    funcs = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
+    funcs: dict[type, str] = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
     if type(node) not in funcs or node.expressions:
         return None
     return funcs[type(node)], node.this.sql("spark")

@@ -24,12 +24,12 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from strata.queries import arrow_expr, driver_rows
-from strata.queries.algebra import Map, Nearest
+from strata.queries.algebra import Map, Nearest, Scan
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow_lift import aggregate, outside, split_lift
-from strata.queries.expressions import MULT, to_sql
+from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.frames import spark_type
-from strata.queries.incremental import GroupPlan
+from strata.queries.incremental import GroupPlan, answer_scope
 
 CONF = "spark.strata.iteration.arrow"
 
@@ -38,8 +38,8 @@ def enabled(spark: SparkSession) -> bool:
     """Whether steps may run in Arrow: Spark's ANSI mode (whose semantics Arrow follows
     here) is on and ``spark.strata.iteration.arrow`` is not ``false``."""
     conf = spark.conf
-    return (conf.get("spark.sql.ansi.enabled", "true").lower() == "true"
-            and conf.get(CONF, "true").lower() != "false")
+    return ((conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
+            and (conf.get(CONF, "true") or "true").lower() != "false")
 
 
 def _held(df: DataFrame, table: pa.Table) -> DataFrame:
@@ -80,6 +80,7 @@ def nearest(node: Nearest, rows: DataFrame, centers: Sequence[Row]) -> DataFrame
     centre minimizing ``node.distance``, NULL counting as infinitely far and ties going
     to the earlier centre, as the Spark plan's ``least(struct(distance, i))`` picks."""
     table = driver_rows.held(rows)
+    assert isinstance(node.right, Scan)  # the algebra's nearest joins a scanned flow
     right = list(node.right.schema)
     prefixed = [node.right.prefix + c for c in right]
     types = [node.right.columns[p] for p in prefixed]
@@ -156,7 +157,11 @@ def lifted(plan: GroupPlan, d: DataFrame) -> DataFrame | None:
     key_cols = [f"__k{j}" for j in range(keys.num_columns)]
     rows = pa.table({**{k: keys.column(j) for j, k in enumerate(key_cols)},
                      **{c: v for c, (v, _) in values.items()}})
-    groups = aggregate(rows, key_cols, [(c, f) for c, f in zip(values, funcs, strict=True)])
+    try:
+        groups = aggregate(rows, key_cols, [(c, f) for c, f in zip(values, funcs,
+                                                                    strict=True)])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
     parts = {}
     for (c, (_, st)), f, p in zip(values.items(), funcs, plan.parts, strict=True):
         value = groups[c]
@@ -178,9 +183,6 @@ def merged(plan: GroupPlan, h: DataFrame, state: DataFrame | None,
     ``state`` rows (None: no state yet) by ``⊗``, answered by ``a``. The new state rows
     (``_g``, parts, outputs, ``_keep``) and the group-by's changes (old answers out, new
     in), as the Spark plan of ``Evaluator._group`` computes them."""
-    from strata.queries.evaluator import answer_scope
-    from strata.queries.expressions import bind
-
     d, s = driver_rows.held(h), driver_rows.held(state) if state is not None else None
     if d is None or (state is not None and s is None):
         return None
@@ -294,9 +296,12 @@ def moves(new: DataFrame, old: DataFrame | None, columns: Mapping[str, str],
     had = pc.is_valid(pairs.column("__r"))
     moved = pc.or_(pc.invert(had), pc.fill_null(differs, False))
     schema = {f.name: f for f in new.schema.fields}
-    old_rows = o.filter(pc.and_(had, moved)).select(n.column_names)
+    try:
+        old_rows = o.filter(pc.and_(had, moved)).select(n.column_names).cast(n.schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+        return None
     return (driver_rows.from_arrow(new.sparkSession, n.filter(moved), new.schema),
-            driver_rows.from_arrow(new.sparkSession, old_rows.cast(n.schema),
+            driver_rows.from_arrow(new.sparkSession, old_rows,
                                    StructType([schema[c] for c in n.column_names])))
 
 

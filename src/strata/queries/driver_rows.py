@@ -55,7 +55,7 @@ class _LazyFrame(ClassicDataFrame):
         self._rows: tuple[pa.Table, StructType] | None = (table, schema)
         self._made: JavaObject | None = None
 
-    @property  # type: ignore[override]
+    @property
     def _jdf(self) -> JavaObject:
         if self._made is None:
             assert self._rows is not None

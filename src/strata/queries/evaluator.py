@@ -23,7 +23,7 @@ from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import cut, empty_frame, local_rows, spark_type
-from strata.queries.incremental import GroupPlan, JoinPlan, scanned
+from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
 from strata.queries.tables import QueryTables
 from strata.storage.increments import Increment
 
@@ -251,7 +251,10 @@ class Evaluator:
         fields = {**{f.name: f for f in kr.schema.fields}, **{f.name: f for f in kl.schema.fields}}
         schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
         arrow_schema = to_arrow_schema(schema)
-        out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
+        try:
+            out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None  # types Spark would reconcile: its plan does
         for side, delta in (("left", kl), ("right", kr)):
             self._append(f"{plan.name}_{side}", delta, None, lineage)
         return driver_rows.from_arrow(self.spark, out, schema)
@@ -412,17 +415,6 @@ def row_exprs(node: Node) -> tuple[str | None, dict[str, str]]:
     if node.outputs is not None:
         defs = {n: bind(to_sql(e), defs) for n, e in node.outputs}
     return where, defs
-
-
-def answer_scope(plan: GroupPlan) -> dict[str, str]:
-    """``a``'s names as SQL over a row of merged parts: each key (``_g.key``) and each
-    aggregate's answer (``_a0``, …), for binding into the outputs and ``HAVING``."""
-    filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
-              for p in plan.parts}
-    scope = {n: f"_g.`{n}`" for n, _ in plan.node.keys}
-    scope.update({a: bind(sql, filled) if filled else sql
-                  for a, sql in plan.answer_sql().items()})
-    return scope
 
 
 def answer(plan: GroupPlan, merged: DataFrame, spark: SparkSession,

@@ -44,6 +44,17 @@ class GroupPlan:
         return {f"_a{i}": m.answer for i, m in enumerate(self.monoids)}
 
 
+def answer_scope(plan: GroupPlan) -> dict[str, str]:
+    """``a``'s names as SQL over a row of merged parts: each key (``_g.key``) and each
+    aggregate's answer (``_a0``, …), for binding into the outputs and ``HAVING``."""
+    filled = {p.name: f"coalesce(`{p.name}`, 0)" if p.kind == "add" else f"`{p.name}`"
+              for p in plan.parts}
+    scope = {n: f"_g.`{n}`" for n, _ in plan.node.keys}
+    scope.update({a: bind(sql, filled) if filled else sql
+                  for a, sql in plan.answer_sql().items()})
+    return scope
+
+
 @dataclass
 class JoinPlan:
     node: Join

@@ -276,8 +276,11 @@ class QueryTables:
         schema = self.schema(name) if base is not None else StructType(
             [f for f in over.schema.fields if f.name != "_live"])  # type: ignore[union-attr]
         arrow_schema = to_arrow_schema(schema)
-        rows = pa.concat_tables([p.select(arrow_schema.names).cast(arrow_schema)
-                                 for p in parts])
+        try:
+            rows = pa.concat_tables([p.select(arrow_schema.names).cast(arrow_schema)
+                                     for p in parts])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            return None  # types Spark would reconcile: its plan does
         return driver_rows.from_arrow(self.spark, rows, schema)
 
     def upsert(self, name: str, rows: DataFrame, count: str | None = None) -> None:
@@ -305,11 +308,14 @@ class QueryTables:
             if small is not None:
                 kept = driver_rows.match([small.column("_g")], [live.column("_g")],
                                          "left anti")
-                if kept is not None:
-                    arrow_schema = to_arrow_schema(schema)
-                    live = pa.concat_tables([small.take(kept.column("__l")).select(
-                        arrow_schema.names).cast(arrow_schema), live.cast(arrow_schema)])
-                    return driver_rows.from_arrow(self.spark, live, schema)
+                arrow_schema = to_arrow_schema(schema)
+                try:
+                    if kept is not None:
+                        live = pa.concat_tables([small.take(kept.column("__l")).select(
+                            arrow_schema.names).cast(arrow_schema), live.cast(arrow_schema)])
+                        return driver_rows.from_arrow(self.spark, live, schema)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+                    pass  # types Spark would reconcile: its plan below does
             else:
                 return driver_rows.from_arrow(self.spark, live, schema)
         mine = over.where("_live").drop("_live")
