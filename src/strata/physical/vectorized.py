@@ -168,6 +168,11 @@ class VectorizedProgram(StageProgram):
         return f"vectorized by {', '.join(self.shape.keys)}"
 
     def run(self, ctx: EpochContext) -> EpochOutcome:
+        return self.run_where(ctx, self.in_driver(ctx))
+
+    def run_where(self, ctx: EpochContext, in_driver: bool) -> EpochOutcome:
+        """The epoch, its partitions run in the driver or as Spark tasks as decided
+        (:meth:`in_driver`), for a subclass that needed the decision first."""
         shape, n = self.shape, ctx.num_partitions
         before = runs_of(ctx.committed.state)
         modules = user_modules([self.fn])
@@ -175,7 +180,7 @@ class VectorizedProgram(StageProgram):
         ship_modules(ctx.spark, modules)
         only_inputs = self.grouping == "inner" or shape.state is None  # no input: no call
         results: list[dict] = []
-        if self.in_driver(ctx):
+        if in_driver:
             table = self._driver_rows(ctx)
             if table is not None or not only_inputs:
                 results = self._run_in_driver(self._task(ctx, before), table, n)

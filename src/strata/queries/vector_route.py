@@ -299,10 +299,11 @@ class VectorQueryProgram(VectorizedProgram):
         # the groups come out of Spark's aggregation partitioned as the stage needs them:
         # with as many shuffle partitions, the stage's own repartition adds no exchange (in
         # the driver, one partition: the driver splits the groups itself)
-        n = 1 if self.in_driver(ctx) else ctx.num_partitions
+        in_driver = self.in_driver(ctx)
+        n = 1 if in_driver else ctx.num_partitions
         previous = set_confs(ctx.spark, {"spark.sql.shuffle.partitions": str(n)})
         try:
-            outcome = super().run(ctx)
+            outcome = self.run_where(ctx, in_driver)
         finally:
             set_confs(ctx.spark, previous)
         outcome.state["answer"] = self.route.to_json()
