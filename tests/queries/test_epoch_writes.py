@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -70,3 +71,42 @@ def test_the_same_changes_and_state_however_written(spark, tmp_path, monkeypatch
     spark_sequential = _run(spark, tmp_path / "b")
     assert driver_concurrent == spark_sequential
     assert driver_concurrent[2]  # an answer
+
+
+def test_held_lookups_see_upserts_and_deletes_as_the_spark_plan_does(spark, tmp_path):
+    """An iteration's lookups and current rows in Arrow (committed table small, overlay
+    held) give what the DataFrame plan gives: an upsert overrides its committed row and
+    a deleted key (count 0) hides it."""
+    from strata.queries import driver_rows
+    from strata.storage.increments import write_table
+
+    ddl = "`_g` struct<k: int>, `v` bigint, `_cnt` bigint"
+    committed = pa.table({"_g": [{"k": 1}, {"k": 2}, {"k": 4}], "v": [10, 20, 40],
+                          "_cnt": [1, 1, 1]},
+                         schema=pa.schema([("_g", pa.struct([("k", pa.int32())])),
+                                           ("v", pa.int64()), ("_cnt", pa.int64())]))
+    path = str(tmp_path / "committed.parquet")
+    write_table(path, committed)
+    layout = StageLayout(str(tmp_path / "state"), "t")
+
+    def tables_with(upserts):
+        tables = QueryTables(spark, layout, {"g": {"files": [path], "ddl": ddl,
+                                                   "lineage": []}}, 2, "token", sweep=False)
+        tables.upsert("g", upserts, count="_cnt")
+        return tables
+
+    rows = spark.createDataFrame([((2,), 25, 0), ((3,), 30, 1)], ddl)  # 2 deleted, 3 new
+    held, plain = tables_with(rows), tables_with(rows)
+    plain.overlay["g"] = plain.overlay["g"].where("true")  # not held: the DataFrame plan
+    assert driver_rows.held(held.overlay["g"]) is not None
+    assert driver_rows.held(plain.overlay["g"]) is None
+
+    def keyed(df):
+        return sorted((r["_g"]["k"], r["v"]) for r in df.collect())
+
+    assert driver_rows.held(held.current("g")) is not None
+    assert keyed(held.current("g")) == keyed(plain.current("g")) == [(1, 10), (3, 30), (4, 40)]
+    keys = frames.cut(spark.createDataFrame([((k,),) for k in (1, 2, 3)], "_g struct<k: int>"))[0]
+    found = held.lookup("g", keys)
+    assert driver_rows.held(found) is not None
+    assert keyed(found) == keyed(plain.lookup("g", keys.where("true"))) == [(1, 10), (3, 30)]

@@ -239,7 +239,7 @@ def netted(frames: Sequence[DataFrame], mult: str = "_mult") -> DataFrame | None
     both = pa.concat_tables([t.cast(_nullable(tables[0].schema))  # type: ignore[union-attr]
                              for t in tables])
     keys = [c for c in both.column_names if c != mult]
-    if not all(pa.types.is_integer(t) or pa.types.is_floating(t) or _groupable(t)
+    if not all(pa.types.is_floating(t) or _groupable(t)
                for t in both.select(keys).schema.types):
         return None
     sums = both.group_by(keys, use_threads=False).aggregate([(mult, "sum")])

@@ -133,20 +133,15 @@ class Evaluator:
     def _scan(self, node: Scan) -> DataFrame:
         if node.flow in self._frames:
             df = self._frames[node.flow]
-            held = arrow_step.renamed(df, {c: node.prefix + c for c in node.schema}) \
-                if self.arrow else None
-            if held is not None:
-                return held
-            return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
-                             MULT)
-        df = self.flow_rows(node.flow)
-        if self.arrow:  # an iteration's increment: held, so the steps can run in Arrow
-            df = cut(df)[0]
-            held = arrow_step.renamed(df, {c: node.prefix + c for c in node.schema})
-            if held is not None:
-                return held
-        return df.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
-                         MULT)
+        else:
+            df = self.flow_rows(node.flow)
+            if self.arrow:  # an iteration's increment: held, so the steps can run in Arrow
+                df = cut(df)[0]
+        names = {c: node.prefix + c for c in node.schema}
+        held = arrow_step.renamed(df, names) if self.arrow else None
+        if held is not None:
+            return held
+        return df.select(*[F.col(f"`{c}`").alias(n) for c, n in names.items()], MULT)
 
     def flow_rows(self, flow: str) -> DataFrame:
         """The epoch's increment of input ``flow``: its columns and ``_mult`` (1 if the

@@ -8,6 +8,7 @@ less fixed work per write (:func:`write_parquet`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -25,8 +26,10 @@ DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritte
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
+@functools.lru_cache(maxsize=1024)
 def spark_type(sql_type: str) -> DataType:
-    """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields)."""
+    """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields), parsed once
+    (Spark parses it in the JVM; a step asks for a table's schema every time)."""
     return _parse_datatype_string(sql_type)
 
 

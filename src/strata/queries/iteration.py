@@ -178,16 +178,15 @@ class IterationProgram(QueryProgram):
             if small is not None:
                 carried = driver_rows.from_arrow(run.spark, small, tables.schema(PENDING))
             dx = driver_rows.union([dx, carried])
-        arrow = run.arrow
         for i in range(it.times):
             began = time.perf_counter()
             run.step({it.name: dx}, only=None if i == 0 else it.name)
             dy = run.changes(self.inc.root)
-            new = arrow_step.keyed(it.columns, it.key, dy) if arrow else None
+            new = arrow_step.keyed(it.columns, it.key, dy) if run.arrow else None
             if new is None:
                 new = self._keyed(dy.where(f"{MULT} > 0"))
             old = tables.lookup(ITERATE, driver_rows.select(new, ["_g"]))
-            done = arrow_step.moves(new, old, it.columns, it.tolerance) if arrow else None
+            done = arrow_step.moves(new, old, it.columns, it.tolerance) if run.arrow else None
             if done is not None:
                 moved, retract = done
             elif old is None:

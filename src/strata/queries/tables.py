@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from strata.model.errors import StrataError
 from strata.physical.session import default_parallelism, is_connect
@@ -245,43 +245,61 @@ class QueryTables:
         return found
 
     def _lookup_held(self, name: str, keys: DataFrame) -> DataFrame | None:
-        """:meth:`lookup` in Arrow, when the keys and the overlay are held and the
-        committed table is small or absent; else None."""
-        wanted, over = driver_rows.held(keys), self.overlay.get(name)
+        """:meth:`lookup` in Arrow, when the keys are held and :meth:`_current_held`
+        applies; else None."""
+        wanted, current = driver_rows.held(keys), self._current_held(name)
+        if wanted is None or current is None:
+            return None
+        rows, schema = current
+        hit = driver_rows.match([rows.column("_g")], [wanted.column("_g")], "left semi")
+        if hit is None:
+            return None
+        return driver_rows.from_arrow(self.spark, rows.take(hit.column("__l")), schema)
+
+    def _current_held(self, name: str) -> tuple[pa.Table, StructType] | None:
+        """:meth:`current`'s rows in Arrow and their schema, when the overlay (if any) is
+        held and the committed table is small or absent; else None."""
+        over = self.overlay.get(name)
         mine = driver_rows.held(over) if over is not None else None
         base = self.arrow(name) if self.has(name) else None
-        if wanted is None or (over is not None and mine is None) or (
-                self.has(name) and base is None):
+        if (over is not None and mine is None) or (self.has(name) and base is None):
             return None
         parts = []
         if base is not None:
-            hit = driver_rows.match([base.column("_g")], [wanted.column("_g")], "left semi")
-            if hit is None:
-                return None
-            found = base.take(hit.column("__l"))
-            if mine is not None:
-                fresh = driver_rows.match([found.column("_g")], [mine.column("_g")],
-                                          "left anti")
-                if fresh is None:
+            if mine is not None:  # a committed row an upsert overrode (or deleted) goes
+                kept = driver_rows.match([base.column("_g")], [mine.column("_g")],
+                                         "left anti")
+                if kept is None:
                     return None
-                found = found.take(fresh.column("__l"))
-            parts.append(found)
+                base = base.take(kept.column("__l"))
+            parts.append(base)
         if mine is not None:
-            hit = driver_rows.match([mine.column("_g")], [wanted.column("_g")], "left semi")
-            if hit is None:
-                return None
-            live = mine.take(hit.column("__l"))
-            parts.append(live.filter(pc.fill_null(live.column("_live"), False))
+            parts.append(mine.filter(pc.fill_null(mine.column("_live"), False))
                          .drop_columns(["_live"]))
-        schema = self.schema(name) if base is not None else StructType(
-            [f for f in over.schema.fields if f.name != "_live"])  # type: ignore[union-attr]
+        schema = self._row_schema(name)
         arrow_schema = to_arrow_schema(schema)
         try:
             rows = pa.concat_tables([p.select(arrow_schema.names).cast(arrow_schema)
                                      for p in parts])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
             return None  # types Spark would reconcile: its plan does
-        return driver_rows.from_arrow(self.spark, rows, schema)
+        return rows, schema
+
+    def _row_schema(self, name: str) -> StructType:
+        """The schema of keyed table ``name``'s rows: the committed table's types, a
+        column nullable if it is in the committed table or in the overlay."""
+        over = self.overlay.get(name)
+        mine = None if over is None else StructType(
+            [f for f in over.schema.fields if f.name != "_live"])
+        if not self.has(name):
+            assert mine is not None
+            return mine
+        base = self.schema(name)
+        if mine is None:
+            return base
+        loose = {f.name: f.nullable for f in mine.fields}
+        return StructType([StructField(f.name, f.dataType, f.nullable or loose.get(f.name, True))
+                           for f in base.fields])
 
     def upsert(self, name: str, rows: DataFrame, count: str | None = None) -> None:
         """Override keyed table ``name``'s rows with ``rows`` (one per ``_g``) until
@@ -300,24 +318,9 @@ class QueryTables:
         base, over = self.read(name), self.overlay.get(name)
         if over is None:
             return base
-        mine_held, small = driver_rows.held(over), self.arrow(name)
-        if mine_held is not None and (base is None or small is not None):
-            live = mine_held.filter(pc.fill_null(mine_held.column("_live"), False)
-                                    ).drop_columns(["_live"])
-            schema = StructType([f for f in over.schema.fields if f.name != "_live"])
-            if small is not None:
-                kept = driver_rows.match([small.column("_g")], [live.column("_g")],
-                                         "left anti")
-                arrow_schema = to_arrow_schema(schema)
-                try:
-                    if kept is not None:
-                        live = pa.concat_tables([small.take(kept.column("__l")).select(
-                            arrow_schema.names).cast(arrow_schema), live.cast(arrow_schema)])
-                        return driver_rows.from_arrow(self.spark, live, schema)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
-                    pass  # types Spark would reconcile: its plan below does
-            else:
-                return driver_rows.from_arrow(self.spark, live, schema)
+        held = self._current_held(name)
+        if held is not None:
+            return driver_rows.from_arrow(self.spark, *held)
         mine = over.where("_live").drop("_live")
         if base is None:
             return mine
