@@ -10,6 +10,7 @@ from pathlib import Path
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
 from strata.physical.vectorized import DRIVER_ROWS
+from strata.queries.arrow_step import CONF as ARROW
 from strata.storage.increments import Increment, write_table
 
 _seq = itertools.count()
@@ -24,13 +25,18 @@ def increment(home: str | Path, flow: Flow, records: list[dict]) -> Increment:
 @contextmanager
 def vectorized_epochs(spark, where: str) -> Iterator[None]:
     """Vectorized epochs run ``"tasks"`` (always as Spark tasks) or ``"driver"`` (in the
-    driver, whatever their size), by the session conf that picks."""
-    before = spark.conf.get(DRIVER_ROWS, None)
-    spark.conf.set(DRIVER_ROWS, {"tasks": "-1", "driver": str(1 << 40)}[where])
+    driver, whatever their size), by the session conf that picks; ``"driver-spark"`` runs
+    them in the driver with the driver's Arrow evaluation off (Spark reads the increment)."""
+    confs = {DRIVER_ROWS: {"tasks": "-1"}.get(where, str(1 << 40)),
+             ARROW: "false" if where == "driver-spark" else "true"}
+    before = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(DRIVER_ROWS)
-        else:
-            spark.conf.set(DRIVER_ROWS, before)
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

@@ -33,7 +33,7 @@ leaves = st.sampled_from(["a", "b", "t", "x", "s", "f", "g.k", "`g`.`k`", "1", "
 
 
 def compound(inner):
-    binary = st.sampled_from(["+", "-", "*", "/", "=", "<>", "<", "<=", ">", ">=", "<=>",
+    binary = st.sampled_from(["+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "<=>",
                               "AND", "OR"])
     return (st.tuples(inner, binary, inner).map(lambda p: f"({p[0]} {p[1]} {p[2]})")
             | inner.map(lambda x: f"(- {x})") | inner.map(lambda x: f"(NOT {x})")
@@ -100,7 +100,8 @@ SUPPORTED = [
     "s = 'a'", "a <=> NULL", "f AND a > 0", "NOT f OR x IS NULL", "coalesce(a, b, 0)",
     "greatest(a, t, NULL)", "least(x, 1)", "CASE WHEN a > 0 THEN x ELSE 0 END",
     "IF(f, a, b)", "CAST(a AS BIGINT) + 9000000000", "CAST(t AS DOUBLE) * x",
-    "CAST(a AS BOOLEAN)", "`g`.`k` + 1", "CAST(0.15 AS DOUBLE) + CAST(0.85 AS DOUBLE) * x"]
+    "CAST(a AS BOOLEAN)", "`g`.`k` + 1", "a % 2", "b % -3", "x % 2", "t % a = 0",
+    "CAST(0.15 AS DOUBLE) + CAST(0.85 AS DOUBLE) * x"]
 
 
 @pytest.mark.parametrize("text", SUPPORTED)
@@ -117,7 +118,8 @@ def test_the_subset_steps_use_is_evaluated_and_matches_spark(spark, text):
     "b * 9000000000",  # bigint overflow
     "x / (b - b)",  # a zero divisor
     "CAST(b AS INT)",  # 2**40 does not fit an int
-    "a % 2", "upper(s)", "CAST(x AS INT)", "CAST(1.5 AS FLOAT) + a", "1.5 + a",
+    "a % (b - b)",  # a zero divisor of a remainder
+    "upper(s)", "CAST(x AS INT)", "CAST(1.5 AS FLOAT) + a", "1.5 + a",
     "x = CAST('NaN' AS DOUBLE)"])
 def test_errors_and_the_rest_are_left_to_spark(spark, text):
     table = table_of([*ROWS, {"a": 1, "b": 2**40, "t": 100, "x": math.nan, "s": "c",

@@ -132,7 +132,7 @@ def check_history(spark, home, history, shapes=SHAPES) -> None:
                 assert got == want, f"{name} after {len(seen['R'])} R records"
 
 
-_WHERE = itertools.cycle(["tasks", "driver"])
+_WHERE = itertools.cycle(["tasks", "driver", "driver-spark"])
 
 
 @settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.generate],
@@ -249,19 +249,34 @@ def same_changes(c: Controller, q: str, epoch: int) -> None:
         normalized(tuple(r.values()) for r in gen), (q, epoch)
 
 
-def test_route_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path):
-    """The route's epochs alternate between the driver (Arrow's aggregation) and Spark
-    tasks on one home; its changes and answer equal the general plan's every epoch."""
-    df = both_routes("mixed", "P", P_SCHEMA, {"q": "SELECT y AS k, count(*) AS c, sum(x) "
-                                              "AS s, min(x) AS lo FROM P WHERE x <> 3 "
-                                              "GROUP BY y"})
+def test_route_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path,
+                                                                 monkeypatch):
+    """The route's epochs go round the driver reading the increment with Arrow (no Spark
+    job), the driver reading it with Spark, and Spark tasks, on one home; its changes and
+    answer equal the general plan's every epoch. The Arrow epochs took the Arrow path."""
+    real, read = VectorQueryProgram._arrow_rows, []
+
+    def counted(self, *args):
+        out = real(self, *args)
+        read.append(out is not None)
+        return out
+    monkeypatch.setattr(VectorQueryProgram, "_arrow_rows", counted)
+    df = both_routes("mixed", "P", P_SCHEMA, {
+        "q": "SELECT y AS k, count(*) AS c, sum(x) AS s, min(x) AS lo FROM P WHERE x <> 3 "
+             "GROUP BY y",
+        "e": "SELECT x % 3 = 0 AS k3, CASE WHEN y > 4 THEN 'hi' END AS k, count(y) AS c, "
+             "avg(x + y) AS a, max(x * 2) AS m FROM P GROUP BY x % 3 = 0, "
+             "CASE WHEN y > 4 THEN 'hi' END"})
+    where = ("driver", "driver-spark", "tasks")
     with Controller(str(tmp_path), df, spark=spark, num_partitions=3) as c:
-        for e in range(1, 7):
+        for e in range(1, 8):
             c.ingest("P", [{"x": (j * 7 + e) % 9, "y": None if j % 5 == 0 else j % 11}
                            for j in range(10 + e)])
-            with vectorized_epochs(spark, ("driver", "tasks")[e % 2]):
+            with vectorized_epochs(spark, where[e % 3]):
                 c.run()
             same_changes(c, "q", e)
+            same_changes(c, "e", e)
+    assert read and all(read), read  # in the driver with Arrow: both queries, every time
 
 
 @pytest.mark.parametrize("where", ["tasks", "driver"])

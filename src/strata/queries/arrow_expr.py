@@ -4,7 +4,7 @@ An iteration step's changes are small tables the driver already holds
 (:mod:`strata.queries.driver_rows`); filtering, projecting or assigning them in Spark
 costs a planned job each (docs/performance.md, "Iteration steps"). This module
 evaluates the part of Spark SQL such steps use with ``pyarrow.compute`` instead:
-columns (and fields of struct columns), literals, ``+ - * /``, unary minus, comparisons
+columns (and fields of struct columns), literals, ``+ - * / %``, unary minus, comparisons
 (``<=>`` too), ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``, ``CAST`` between integers,
 doubles and booleans, ``coalesce``, ``greatest``/``least``, ``CASE``/``IF``.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -86,7 +87,10 @@ def _eval(e: Expr, t: pa.Table) -> Value:
             return pa.repeat(pa.scalar(float(lit.this), pa.float64()), n), "double"
         return _cast(_eval(lit, t), to)
     if isinstance(e, exp.Neg):
-        v, vt = _number(_eval(e.this, t))
+        v, vt = _eval(e.this, t)
+        if vt == "void":  # Spark types a negated NULL as a double
+            return pa.nulls(n, pa.float64()), "double"
+        v, vt = _number((v, vt))
         return (pc.negate_checked(v) if vt != "double" else pc.negate(v)), vt
     if type(e) in _CHECKED:
         (a, _), (b, _), rt = _common(_eval(e.this, t), _eval(e.expression, t))
@@ -98,6 +102,9 @@ def _eval(e: Expr, t: pa.Table) -> Value:
         if pc.any(pc.equal(b, 0.0)).as_py():
             raise Unsupported("division by zero")  # Spark's error names it
         return pc.divide(a, b), "double"
+    if isinstance(e, exp.Mod):
+        (a, _), (b, _), rt = _common(_eval(e.this, t), _eval(e.expression, t))
+        return _remainder(a, b, rt), rt
     if type(e) in _COMPARE or isinstance(e, exp.NullSafeEQ):
         (a, at), (b, _), _ = _common(_eval(e.this, t), _eval(e.expression, t), numbers=False)
         _no_nan(a, at)
@@ -211,10 +218,27 @@ def _widen(vals: list[Value]) -> tuple[list[pa.Array], str]:
 
 
 def _common(a: Value, b: Value, numbers: bool = True) -> tuple[Value, Value, str]:
-    if numbers:
-        a, b = _number(a), _number(b)
+    if numbers:  # a NULL operand takes the other's type (two NULLs: not evaluated here)
+        a, b = (x if x[1] == "void" else _number(x) for x in (a, b))
     arrays, rt = _widen([a, b])
     return (arrays[0], rt), (arrays[1], rt), rt
+
+
+def _remainder(a: pa.Array, b: pa.Array, rt: str) -> pa.Array:
+    """Spark's ``a % b``: the sign of ``a`` (Java's ``%``, C's ``fmod``); a zero divisor
+    is Spark's to report (an error in ANSI mode)."""
+    if pc.any(pc.equal(b, pc.cast(0, b.type))).as_py():
+        raise Unsupported("remainder by zero")
+    nulls = pc.or_(pc.is_null(a), pc.is_null(b))
+    x = np.asarray(pc.fill_null(a, 0).to_numpy(zero_copy_only=False))
+    y = np.asarray(pc.fill_null(b, 1).to_numpy(zero_copy_only=False))
+    if rt == "double":
+        out = np.fmod(x, y)
+    else:  # MIN % -1 is 0 in Java; numpy's integer fmod would trap on it
+        minus_one = y == -1
+        out = np.where(minus_one, 0, np.fmod(x, np.where(minus_one, 1, y)))
+    return pa.array(out, ARROW_TYPES[rt], mask=np.asarray(nulls.to_numpy(
+        zero_copy_only=False), bool))
 
 
 def _no_nan(a: pa.Array, st: str) -> None:

@@ -9,7 +9,7 @@ with :mod:`strata.queries.arrow_expr` and :mod:`strata.queries.arrow_lift`, and 
 results are held in turn. Each function returns None when it cannot — the input is not
 held, an expression or a type is outside what Arrow evaluates here, or an error (an
 overflow) is Spark's to report — and the caller runs the Spark plan instead. The session
-conf ``spark.strata.iteration.arrow=false`` turns the Arrow path off.
+conf ``spark.strata.arrow=false`` turns the Arrow path off.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.frames import spark_type
 from strata.queries.incremental import GroupPlan, answer_scope
 
-CONF = "spark.strata.iteration.arrow"
+CONF = "spark.strata.arrow"
 
 
 def enabled(spark: SparkSession) -> bool:
     """Whether steps may run in Arrow: Spark's ANSI mode (whose semantics Arrow follows
-    here) is on and ``spark.strata.iteration.arrow`` is not ``false``."""
+    here) is on and ``spark.strata.arrow`` is not ``false``."""
     conf = spark.conf
     return ((conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
             and (conf.get(CONF, "true") or "true").lower() != "false")

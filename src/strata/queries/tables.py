@@ -34,7 +34,7 @@ from strata.queries import driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import write_table
+from strata.storage.increments import read_table, write_table
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
@@ -116,13 +116,8 @@ class QueryTables:
     def _read_small(self, name: str) -> pa.Table | None:
         if not self.has(name):
             return None
-        t = self.live[name]
-        opened = [pq.ParquetFile(p, filesystem=fsys) for fsys, p in map(fs.resolve,
-                                                                          t["files"])]
-        if sum(f.metadata.num_rows for f in opened) > frames.DRIVER_ROWS:
-            return None
-        schema = to_arrow_schema(self.schema(name))
-        return pa.concat_tables([f.read(columns=schema.names).cast(schema) for f in opened])
+        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)),
+                          frames.DRIVER_ROWS)
 
     def _open(self, name: str) -> DataFrame | None:
         t = self.live.get(name)

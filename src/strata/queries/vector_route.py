@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -39,6 +40,7 @@ from sqlglot import exp
 from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
+from strata.physical import spark_hash
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.vectorized import (
     DEFAULT_DRIVER_ROWS,
@@ -46,20 +48,26 @@ from strata.physical.vectorized import (
     VectorState,
     with_partition,
 )
+from strata.queries import arrow_expr, arrow_step, frames
 from strata.queries.algebra import GroupBy
+from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow_lift import aggregate, outside, split_lift
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
-from strata.queries.expressions import MULT, to_sql, type_of
+from strata.queries.expressions import MULT, parse, to_sql, type_of
 from strata.queries.frames import set_confs
 from strata.queries.incremental import IncrementalQuery
 from strata.queries.program import ordered
 from strata.storage.home import StageLayout
+from strata.storage.increments import read_table
 from strata.storage.manifest import StateSnapshot
 
 # key type -> the placeholder a NULL key is stored as (its flag says it was NULL)
 _PLACEHOLDER = {"tinyint": "0", "smallint": "0", "int": "0", "bigint": "0", "string": "''",
                 "boolean": "false", "date": "DATE'1970-01-01'"}
+# the same placeholders as Arrow values, for the types the driver's Arrow path evaluates
+_PLACEHOLDER_VALUE: dict[str, Any] = {"tinyint": 0, "smallint": 0, "int": 0, "bigint": 0,
+                                      "string": "", "boolean": False}
 _FUNCS = {"count", "sum", "avg", "mean", "min", "max"}
 
 
@@ -329,11 +337,54 @@ class VectorQueryProgram(VectorizedProgram):
         lifts = [s for _, _, lift, _ in route.parts if (s := split_lift(lift)) is not None]
         if not files or len(lifts) < len(route.parts):
             return super()._driver_rows(ctx)
+        if arrow_step.enabled(ctx.spark):
+            rows = self._arrow_rows(files, [arg for _, arg in lifts], ctx.num_partitions)
+            if rows is not None:
+                return self._aggregate(ctx, rows, [f for f, _ in lifts])
         args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
         rows = with_partition(_scan(ctx, files, route, f"SELECT {', '.join(_key_sql(route))}, "
                                     f"{args} FROM ", ""),
                               self._key_columns(), ctx.num_partitions).toArrow()
         return self._aggregate(ctx, rows, [f for f, _ in lifts])
+
+    def _arrow_rows(self, files: list[str], args: list[str], n: int) -> pa.Table | None:
+        """What Spark reads and projects for an epoch in the driver (keys, ``__p`` and
+        the lifted values ``__a<i>``), computed here with no Spark job: pyarrow reads the
+        increment, :mod:`~strata.queries.arrow_expr` evaluates the route's expressions
+        and :mod:`~strata.physical.spark_hash` gives each group Spark's partition. None
+        when something is outside what they do (Spark does it all then)."""
+        route = self.route
+        try:
+            flow = read_table(files, parse_ddl(route.flow_ddl), frames.DRIVER_ROWS)
+            if flow is None:
+                return None
+            if route.where:
+                cond, _ = arrow_expr.evaluate(route.where, flow)
+                flow = flow.filter(pc.fill_null(cond, False))
+            mult = (flow[MULT].cast(pa.int64()) if route.deletes
+                    else pa.array(np.ones(flow.num_rows, np.int64)))
+            used = {c.name for sql in [*(k[1] for k in route.keys), *args]
+                    for c in parse(sql).find_all(exp.Column)}  # other columns stay unread
+            rows = arrow_expr.evaluate_all(
+                {c: sql for c, sql in route.columns.items() if c in used}, flow
+            ).append_column(MULT, mult)
+            columns: dict[str, pa.Array] = {}
+            for j, (_, sql, t) in enumerate(route.keys):
+                value, st = arrow_expr.evaluate(sql, rows)
+                if st != t or t not in _PLACEHOLDER_VALUE:
+                    return None
+                typed = value.cast(ARROW_TYPES[t])
+                columns[f"__k{2 * j}"] = pc.fill_null(typed, _PLACEHOLDER_VALUE[t])
+                columns[f"__k{2 * j + 1}"] = pc.is_null(typed)
+            keys = list(columns.values())
+            for i, arg in enumerate(args):
+                columns[f"__a{i}"] = arrow_expr.evaluate_all({"v": arg}, rows).column("v")
+        except (Unsupported, pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+            return None
+        partition = spark_hash.partitions(keys, n)
+        if partition is None:
+            return None
+        return pa.table({**columns, "__p": partition})
 
     def _aggregate(self, ctx: EpochContext, rows: pa.Table, funcs: list[str]) -> pa.Table:
         """``rows`` (keys, ``__p`` and each part's lifted value ``__a<i>``) aggregated per

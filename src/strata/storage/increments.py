@@ -79,5 +79,21 @@ def iter_batches(
             pos += batch.num_rows
 
 
+def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = None
+               ) -> pa.Table | None:
+    """The rows of Parquet ``files`` as one table of ``schema`` (its columns, cast to its
+    types), read by this process; None if they have more than ``max_rows`` rows (known
+    from the footers, before any data is read)."""
+    opened = []
+    for uri in files:
+        fsys, path = resolve(uri)
+        opened.append(pq.ParquetFile(path, filesystem=fsys))
+    if max_rows is not None and sum(f.metadata.num_rows for f in opened) > max_rows:
+        return None
+    if not opened:
+        return schema.empty_table()
+    return pa.concat_tables([f.read(columns=schema.names).cast(schema) for f in opened])
+
+
 def read_records(files: Sequence[str]) -> list[dict]:
     return [r for f in files for r in iter_records(f)]
