@@ -65,11 +65,9 @@ def _hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     """Spark's ``hashUnsafeBytes``: 4-byte little-endian words, then each tail byte
     (sign-extended) mixed on its own, then ``fmix`` with the length. Vectorized over rows
     as a zero-padded byte matrix, one column of words at a time."""
-    if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
-        offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
-    else:
-        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
-    offsets = offsets.astype(np.int64)
+    wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)[
+        arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
     data_buf = arr.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     lengths = np.diff(offsets)
