@@ -123,6 +123,12 @@ def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
     return with_partition(rows, kcols, n).repartition(n, *kcols)
 
 
+def driver_epoch_rows(ctx: EpochContext) -> int:
+    """``spark.strata.driverEpoch.maxRows``: the most input records a small epoch run in
+    the driver has (-1: none is)."""
+    return _conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
+
+
 def _conf_int(ctx: EpochContext, key: str, default: int) -> int:
     value = ctx.spark.conf.get(key, None)
     if value is None:
@@ -236,7 +242,7 @@ class VectorizedProgram(StageProgram):
         rows = sum(inc.records for flow, _ in self.shape.inputs
                    for inc in ctx.inputs.get(flow, ()))
         state = sum(r.nbytes for rs in runs_of(ctx.committed.state).values() for r in rs)
-        return (rows <= _conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
+        return (rows <= driver_epoch_rows(ctx)
                 and state <= _conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
 
     def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:

@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
 from strata.model.errors import StrataError
@@ -22,10 +23,10 @@ from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
-from strata.queries.frames import cut, empty_frame, local_rows, spark_type
+from strata.queries.frames import DRIVER_ROWS, cut, empty_frame, local_rows, spark_type
 from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
 from strata.queries.tables import QueryTables
-from strata.storage.increments import Increment
+from strata.storage.increments import Increment, read_table
 
 if TYPE_CHECKING:
     from strata.queries.program import QueryProgram
@@ -43,6 +44,11 @@ class EvalMode(Enum):
     """An iteration's steps: a group-by merges only the groups a step touches (a right
     outer join with the state, the paper's diffusion) into an overlay, join inputs are
     held back, and :meth:`Evaluator.flush` merges everything into the tables once."""
+    DRIVER = "driver"
+    """One pass over a small increment and small state, as a diffusion of one step: the
+    driver reads the increment and the tables with pyarrow and runs the operators in
+    Arrow where it can (Spark where it cannot), then :meth:`Evaluator.flush` stages the
+    tables (docs/performance.md, "Small epochs in the driver")."""
 
 
 class Evaluator:
@@ -60,14 +66,14 @@ class Evaluator:
         self.mode = mode
         self._frames: dict[str, DataFrame] = dict(frames or {})
         self._whole: dict[str, str] = dict(whole or {})
-        self._deferred = mode is EvalMode.DIFFUSION  # until flushed
+        self._deferred = mode is not EvalMode.EPOCH  # until flushed
         self._only: str | None = None  # when set: subtrees not reading this flow are quiet
         self._cached: list[DataFrame] = []
         self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
         self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
         self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
-        # whether a step's operators over rows the driver holds run in Arrow where they can
-        self.arrow = mode is EvalMode.DIFFUSION and arrow_step.enabled(spark)
+        # whether operators over rows the driver holds run in Arrow where they can
+        self.arrow = mode is not EvalMode.EPOCH and arrow_step.enabled(spark)
 
     def step(self, frames: Mapping[str, DataFrame], only: str | None = None) -> None:
         """Start a step of a diffusion: ``frames`` are the changes given directly, and
@@ -97,9 +103,25 @@ class Evaluator:
                 delta = frames[0]
                 for f in frames[1:]:
                     delta = delta.unionByName(f)
-            self._append(name, delta, self.tables.read(name), self._lineage[name])
+            if not (self.arrow and self._compact_held(name, delta)):
+                self._append(name, delta, self._lineage[name])
         self._held.clear()
         self.tables.flush_overlays()
+
+    def _compact_held(self, name: str, delta: DataFrame) -> bool:
+        """Stage join input ``name`` rewritten with ``delta``, netted in Arrow, if it is due
+        for compaction and small enough to read here; whether it was."""
+        if not self.tables.needs_compaction(name):
+            return False
+        stored = self.tables.arrow(name)
+        if stored is None:
+            return False
+        whole = driver_rows.netted([driver_rows.from_arrow(self.spark, stored,
+                                                           self.tables.schema(name)), delta])
+        if whole is None:
+            return False
+        self.tables.stage(name, whole, self._lineage[name], "replace")
+        return True
 
     def changes(self, node: Node) -> DataFrame:
         """The rows ``node``'s result gains (``_mult`` > 0) and loses (< 0) this epoch."""
@@ -133,22 +155,45 @@ class Evaluator:
     def _scan(self, node: Scan) -> DataFrame:
         if node.flow in self._frames:
             df = self._frames[node.flow]
-        else:
-            df = self.flow_rows(node.flow)
-            if self.arrow:  # an iteration's increment: held, so the steps can run in Arrow
-                df = cut(df)[0]
+        else:  # held (read by the driver) when operators may run in Arrow
+            df = self.held_flow_rows(node.flow) if self.arrow else None
+            if df is None:
+                df = self.flow_rows(node.flow)
+                if self.arrow:
+                    df = cut(df)[0]
         names = {c: node.prefix + c for c in node.schema}
         held = arrow_step.renamed(df, names) if self.arrow else None
         if held is not None:
             return held
         return df.select(*[F.col(f"`{c}`").alias(n) for c, n in names.items()], MULT)
 
+    def _files(self, flow: str) -> list[str]:
+        incs = self.inputs.get(flow, ())
+        return [f for inc in ([incs] if isinstance(incs, Increment) else incs)
+                for f in inc.files]
+
+    def held_flow_rows(self, flow: str) -> DataFrame | None:
+        """:meth:`flow_rows` read by the driver with pyarrow and held (no Spark job), if
+        the increment has at most ``DRIVER_ROWS`` rows and its types read as Spark
+        reads them; else None."""
+        schema = spark_type(self.program.flow_ddl[flow])
+        try:
+            table = read_table(self._files(flow), to_arrow_schema(schema), DRIVER_ROWS)
+        except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+            return None
+        if table is None:
+            return None
+        mult = (table.column(MULT).cast(pa.int64()) if MULT in table.column_names
+                else pa.array(np.ones(table.num_rows, np.int64)))
+        fields = [f for f in schema.fields if f.name != MULT]
+        table = table.select([f.name for f in fields]).append_column(MULT, mult)
+        return driver_rows.from_arrow(self.spark, table, StructType(
+            [*fields, StructField(MULT, LongType(), MULT in schema.fieldNames())]))
+
     def flow_rows(self, flow: str) -> DataFrame:
         """The epoch's increment of input ``flow``: its columns and ``_mult`` (1 if the
         flow has none)."""
-        incs = self.inputs.get(flow, ())
-        files = [f for inc in ([incs] if isinstance(incs, Increment) else incs)
-                 for f in inc.files]
+        files = self._files(flow)
         ddl = self.program.flow_ddl[flow]
         df = (self.spark.read.schema(ddl).parquet(*files) if files
               else empty_frame(self.spark, ddl))
@@ -214,8 +259,8 @@ class Evaluator:
         for p in parts[1:]:
             out = out.unionByName(p)
         out = self.materialize(out)
-        for side, delta, old in (("left", dl, left), ("right", dr, right)):
-            self._append(f"{plan.name}_{side}", delta, old, lineage)
+        for side, delta in (("left", dl), ("right", dr)):
+            self._append(f"{plan.name}_{side}", delta, lineage)
         return out
 
     def _join_held(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame, types: list[str],
@@ -251,11 +296,10 @@ class Evaluator:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None  # types Spark would reconcile: its plan does
         for side, delta in (("left", kl), ("right", kr)):
-            self._append(f"{plan.name}_{side}", delta, None, lineage)
+            self._append(f"{plan.name}_{side}", delta, lineage)
         return driver_rows.from_arrow(self.spark, out, schema)
 
-    def _append(self, name: str, delta: DataFrame, old: DataFrame | None,
-                lineage: list[str]) -> None:
+    def _append(self, name: str, delta: DataFrame, lineage: list[str]) -> None:
         """Append a join input's increment to its table; when the table has many files,
         first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
         if self._deferred:
@@ -263,7 +307,8 @@ class Evaluator:
                 self._held.setdefault(name, []).append(delta)
                 self._lineage[name] = lineage
             return
-        if old is not None and self.tables.needs_compaction(name):
+        old = self.tables.read(name) if self.tables.needs_compaction(name) else None
+        if old is not None:
             # grouping the bucketed table by all its columns (the lineage among them)
             # needs no shuffle: each bucket is netted where it lies
             cols = [c for c in old.columns if c != MULT]

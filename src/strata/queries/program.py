@@ -20,7 +20,8 @@ from pyspark.sql import DataFrame
 
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.queries import frames
+from strata.physical.vectorized import driver_epoch_rows
+from strata.queries import arrow_step, driver_rows, frames
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
@@ -49,6 +50,7 @@ class QueryProgram(StageProgram):
 
     kind = "query"
     eval_mode = EvalMode.EPOCH  # how its evaluator merges changes into state
+    driver_epochs = True  # a small epoch may run in the driver (EvalMode.DRIVER)
 
     def explain(self) -> str:
         """``h``, ``⊗`` and ``a`` of the query's stateful operators, as readable text."""
@@ -85,6 +87,8 @@ class QueryProgram(StageProgram):
     def evaluate(self, run: Evaluator) -> DataFrame:
         """The epoch's output changes; the new table contents are staged in ``run``."""
         changes = run.changes(self.inc.root)
+        if run.mode is EvalMode.DRIVER:
+            run.flush()
         if not isinstance(self.inc.root, GroupBy):
             run.tables.stage(ANSWER, changes, [], "append")
         return changes
@@ -95,12 +99,11 @@ class QueryProgram(StageProgram):
         out_dir = ctx.output_dir(self.output)
         try:
             tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
-            run = Evaluator(self, spark, tables, ctx.inputs, mode=self.eval_mode,
+            run = Evaluator(self, spark, tables, ctx.inputs, mode=self._mode(ctx, tables),
                             whole=self.whole_flows())
             try:
                 changes = self.evaluate(run)
-                out = changes.selectExpr(*self._output_casts())
-                write_out = functools.partial(self._write_output, out, out_dir,
+                write_out = functools.partial(self._write_output, changes, out_dir,
                                               _output_tasks(ctx.input_records, n))
                 run_all(spark, [*tables.writes(), write_out])
             finally:
@@ -142,12 +145,35 @@ class QueryProgram(StageProgram):
                     fs.delete_quietly(uri)
         fs.delete_quietly(layout.staging_dir())
 
-    def _write_output(self, out: DataFrame, out_dir: str, tasks: int) -> None:
+    def _mode(self, ctx: EpochContext, tables: QueryTables) -> EvalMode:
+        """How this epoch is evaluated: in the driver (:attr:`EvalMode.DRIVER`) when the
+        Arrow path is on, the increment has at most ``DRIVER_ROWS`` records (and at most
+        ``spark.strata.driverEpoch.maxRows``) and every state table at most
+        ``ARROW_ROWS`` rows; else as the program's mode says."""
+        if (self.eval_mode is not EvalMode.EPOCH or not self.driver_epochs
+                or not arrow_step.enabled(ctx.spark)):
+            return self.eval_mode
+        limit = min(frames.DRIVER_ROWS, driver_epoch_rows(ctx))
+        if ctx.input_records > limit or not tables.small():
+            return self.eval_mode
+        return EvalMode.DRIVER
+
+    def _write_output(self, changes: DataFrame, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
         increment's changes usually are) come to the driver as Arrow and are written as one
         file the way ingested increments are, which costs a fraction of a Spark write job
         (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
-        ``tasks`` tasks."""
+        ``tasks`` tasks. Changes the driver holds are cast and written with no Spark job."""
+        held = driver_rows.held(changes)
+        if held is not None:
+            try:
+                table = held.select(self._output_schema().names).cast(self._output_schema())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+                pass  # Spark casts them, below
+            else:
+                write_table(fs.join(out_dir, "part-00000.parquet"), table)
+                return
+        out = changes.selectExpr(*self._output_casts())
         table = out.coalesce(1).limit(frames.DRIVER_ROWS + 1).toArrow()
         if table.num_rows <= frames.DRIVER_ROWS:
             try:

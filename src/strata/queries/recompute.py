@@ -26,6 +26,8 @@ INPUT = "input_{}"  # the table of one input flow's rows so far
 class RecomputeProgram(QueryProgram):
     """The compiled form of a query stage that recomputes its answer every epoch."""
 
+    driver_epochs = False  # every epoch reads all rows so far: Spark's work
+
     def answer_spec(self) -> dict:
         return {**super().answer_spec(), "table": ANSWER, "grouped": False}
 

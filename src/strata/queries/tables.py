@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,6 +30,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from strata.model.errors import StrataError
+from strata.physical import spark_hash
 from strata.physical.session import default_parallelism, is_connect
 from strata.queries import driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
@@ -38,6 +40,8 @@ from strata.storage.increments import read_table, write_table
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
+ARROW_ROWS = 1_000_000  # a committed table of at most this many rows may be read by the
+# driver (an iteration's state, a small epoch's join inputs): tens of MB as Arrow
 
 
 def _registered(spark: SparkSession) -> set[str]:
@@ -108,16 +112,27 @@ class QueryTables:
 
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows
-        and at most ``DRIVER_ROWS`` of them (an iteration's small state); else None."""
+        and at most ``ARROW_ROWS`` of them; else None."""
         if name not in self._arrow:
             self._arrow[name] = self._read_small(name)
         return self._arrow[name]
 
     def _read_small(self, name: str) -> pa.Table | None:
-        if not self.has(name):
+        if not self.has(name) or self.rows(name) > ARROW_ROWS:
             return None
-        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)),
-                          frames.DRIVER_ROWS)
+        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)))
+
+    def rows(self, name: str) -> int:
+        """How many rows committed table ``name`` has (from its files' footers)."""
+        t = self.live.get(name, {})
+        if "rows" not in t:
+            t["rows"] = sum(pq.read_metadata(p, filesystem=fsys).num_rows
+                            for fsys, p in map(fs.resolve, t.get("files", [])))
+        return int(t["rows"])
+
+    def small(self, limit: int = ARROW_ROWS) -> bool:
+        """Whether every committed table has at most ``limit`` rows."""
+        return all(self.rows(name) <= limit for name in self.live)
 
     def _open(self, name: str) -> DataFrame | None:
         t = self.live.get(name)
@@ -149,6 +164,10 @@ class QueryTables:
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
     def _write(self, s: _Staged) -> None:
+        held = driver_rows.held(s.df) if s.df is not None else None
+        if held is not None and self._write_held(s, held):
+            s.df = None
+            return
         if s.lineage:
             files = None
             if s.mode == "append" or self._small(s.name):
@@ -163,6 +182,28 @@ class QueryTables:
             write_parquet(s.df, s.path)
             s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
         s.df = None
+
+    def _write_held(self, s: _Staged, table: pa.Table) -> bool:
+        """Write rows the driver holds with pyarrow, no Spark job: a bucketed table's
+        rows split by their bucket as Spark computes it (:mod:`strata.physical.spark_hash`),
+        one file per bucket. False (nothing written) if a lineage column's type is one
+        that module leaves to Spark."""
+        if s.lineage:
+            bucket = spark_hash.partitions([table.column(c) for c in s.lineage], self.n)
+            if bucket is None:
+                return False
+            files = []
+            for b in np.unique(bucket).tolist():
+                uri = fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
+                write_table(uri, table.filter(pa.array(bucket == b)))
+                files.append(uri)
+        else:
+            files = []
+            if table.num_rows:
+                files.append(fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet"))
+                write_table(files[0], table)
+        s.files, s.rows = files, table.num_rows
+        return True
 
     def _small(self, name: str) -> bool:
         """Whether table ``name`` had at most half of ``DRIVER_ROWS`` rows: a rewrite of
@@ -325,6 +366,10 @@ class QueryTables:
         """Merge every upserted table into its committed rows (one full outer join on the
         lineage, the state side read where it lies) and stage the result."""
         for name, over in self.overlay.items():
+            held = self._current_held(name)  # the driver merges them when it holds both
+            if held is not None:
+                self.stage(name, driver_rows.from_arrow(self.spark, *held), ["_g"], "replace")
+                continue
             base = self.read(name)
             if base is None:
                 merged = over.where("_live").drop("_live")
