@@ -327,10 +327,24 @@ def with_lineage(d: DataFrame, cols: Sequence[str], types: Sequence[str],
     return _held(d, table)
 
 
+def _near(big: pa.Table, small: pa.Table, column: str) -> pa.Table:
+    """The rows of ``big`` whose ``column`` has a value of ``small``'s, when ``big`` is
+    much the larger (a stored join input against an increment): the join then hashes
+    those few rows, not the whole table. As it is if Arrow cannot tell."""
+    if big.num_rows <= 4 * small.num_rows:
+        return big
+    try:
+        return big.filter(pc.is_in(big.column(column),
+                                   value_set=small.column(column).combine_chunks()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return big
+
+
 def paired(a: pa.Table, b: pa.Table, lineage: Sequence[str], lcols: Sequence[str],
            rcols: Sequence[str]) -> pa.Table | None:
     """The inner join of join inputs ``a`` and ``b`` on their lineage columns: ``lcols``
     of ``a``, ``rcols`` of ``b``, and the product of their ``_mult``."""
+    a, b = _near(a, b, lineage[0]), _near(b, a, lineage[0])
     pairs = driver_rows.match([a.column(j) for j in lineage], [b.column(j) for j in lineage],
                               "inner")
     if pairs is None:

@@ -179,7 +179,7 @@ class Evaluator:
         schema = spark_type(self.program.flow_ddl[flow])
         try:
             table = read_table(self._files(flow), to_arrow_schema(schema), DRIVER_ROWS)
-        except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return None
         if table is None:
             return None

@@ -36,12 +36,13 @@ from strata.queries import driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import read_table, write_table
+from strata.storage.increments import read_table, row_count, write_table
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
-ARROW_ROWS = 1_000_000  # a committed table of at most this many rows may be read by the
-# driver (an iteration's state, a small epoch's join inputs): tens of MB as Arrow
+ARROW_ROWS = 2_000_000  # a committed table of at most this many rows may be read by the
+# driver (an iteration's state, a small epoch's join inputs): tens of MB as Arrow, kept in
+# the driver's file cache between epochs (storage.increments.FILE_CACHE)
 
 
 def _registered(spark: SparkSession) -> set[str]:
@@ -120,14 +121,14 @@ class QueryTables:
     def _read_small(self, name: str) -> pa.Table | None:
         if not self.has(name) or self.rows(name) > ARROW_ROWS:
             return None
-        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)))
+        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)),
+                          cache=True)
 
     def rows(self, name: str) -> int:
         """How many rows committed table ``name`` has (from its files' footers)."""
         t = self.live.get(name, {})
         if "rows" not in t:
-            t["rows"] = sum(pq.read_metadata(p, filesystem=fsys).num_rows
-                            for fsys, p in map(fs.resolve, t.get("files", [])))
+            t["rows"] = sum(row_count(f) for f in t.get("files", []))
         return int(t["rows"])
 
     def small(self, limit: int = ARROW_ROWS) -> bool:

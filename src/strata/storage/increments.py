@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -79,20 +81,55 @@ def iter_batches(
             pos += batch.num_rows
 
 
-def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = None
-               ) -> pa.Table | None:
+def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = None,
+               cache: bool = False) -> pa.Table | None:
     """The rows of Parquet ``files`` as one table of ``schema`` (its columns, cast to its
     types), read by this process; None if they have more than ``max_rows`` rows (known
-    from the footers, before any data is read)."""
-    opened = []
-    for uri in files:
-        fsys, path = resolve(uri)
-        opened.append(pq.ParquetFile(path, filesystem=fsys))
-    if max_rows is not None and sum(f.metadata.num_rows for f in opened) > max_rows:
+    from the footers, before any data is read). With ``cache``, files are kept in this
+    process's :data:`FILE_CACHE` for the next read (state files, which never change)."""
+    if max_rows is not None and sum(row_count(f) for f in files) > max_rows:
         return None
-    if not opened:
+    if not files:
         return schema.empty_table()
-    return pa.concat_tables([f.read(columns=schema.names).cast(schema) for f in opened])
+    return pa.concat_tables([_read_file(f, cache).select(schema.names).cast(schema)
+                             for f in files])
+
+
+def row_count(uri: str) -> int:
+    """How many rows Parquet file ``uri`` has (from the cache, else its footer)."""
+    with _LOCK:
+        hit = FILE_CACHE.get(uri)
+    if hit is not None:
+        return hit.num_rows
+    fsys, path = resolve(uri)
+    return pq.read_metadata(path, filesystem=fsys).num_rows
+
+
+def _read_file(uri: str, cache: bool) -> pa.Table:
+    with _LOCK:
+        hit = FILE_CACHE.get(uri)
+        if hit is not None:
+            FILE_CACHE.move_to_end(uri)
+            return hit
+    fsys, path = resolve(uri)
+    table = pq.read_table(path, filesystem=fsys)
+    if cache and table.nbytes <= FILE_CACHE_BYTES // 2:
+        global _cached_bytes
+        with _LOCK:
+            if uri not in FILE_CACHE:
+                FILE_CACHE[uri] = table
+                _cached_bytes += table.nbytes
+            while _cached_bytes > FILE_CACHE_BYTES:
+                _cached_bytes -= FILE_CACHE.popitem(last=False)[1].nbytes
+    return table
+
+
+# Immutable files read by the driver, most recently used last: a query's state files are
+# written once under unique names and only ever deleted, so a cached copy is never stale.
+FILE_CACHE: OrderedDict[str, pa.Table] = OrderedDict()
+FILE_CACHE_BYTES = 512 << 20
+_cached_bytes = 0
+_LOCK = threading.Lock()
 
 
 def read_records(files: Sequence[str]) -> list[dict]:
