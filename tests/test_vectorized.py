@@ -33,7 +33,7 @@ from tests.dataflow_driver import (
 from tests.helpers import vectorized_epochs
 
 register_by_value(__name__)
-WHERE = st.sampled_from(["tasks", "driver"])  # where a vectorized epoch runs
+WHERE = st.sampled_from(["tasks", "driver", "driver-spark"])  # where a vectorized epoch runs
 
 REC = "k long, s string, v long"
 
@@ -317,19 +317,31 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
 
 
 @pytest.mark.parametrize("grouping", ["inner", "outer"])
-def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grouping):
-    """Epochs alternate between the driver and Spark tasks on one home: each partition's
-    state is where the other way looks for it (Spark's hash in both), so every epoch
-    equals the reference executor's."""
+def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grouping,
+                                                         monkeypatch):
+    """Epochs go round the driver reading the increment with pyarrow (partitions from
+    strata's port of Spark's hash), the driver reading it with Spark, and Spark tasks,
+    on one home: each partition's state is where the other ways look for it, so every
+    epoch equals the reference executor's. The pyarrow epochs took that path."""
+    from strata.physical.vectorized import VectorizedProgram
+
+    real, read = VectorizedProgram._arrow_rows, []
+
+    def counted(self, ctx):
+        out = real(self, ctx)
+        read.append(out is not None)
+        return out
+    monkeypatch.setattr(VectorizedProgram, "_arrow_rows", counted)
     stage = build("add_up", grouping).stages["add"]
     ref, spk = ReferenceRunner(), SparkRunner(spark, str(tmp_path), "direct", 3)
     for e in range(6):
         batch = {"a": [{"k": (k * 5 + e) % 23, "s": "", "v": e + 1} for k in range(12)],
                  "b": [{"k": k, "s": "", "v": 1} for k in range(e, 23, 4)]}
-        with vectorized_epochs(spark, ("driver", "tasks")[e % 2]):
+        with vectorized_epochs(spark, ("driver", "driver-spark", "tasks")[e % 3]):
             got = spk.run(stage, batch)
         assert multiset(got["totals"]) == multiset(ref.run(stage, batch)["totals"]), e
     assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
+    assert read == [True, True], read  # epochs 0 and 3
 
 
 def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):

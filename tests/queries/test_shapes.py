@@ -254,13 +254,13 @@ def test_route_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path
     """The route's epochs go round the driver reading the increment with Arrow (no Spark
     job), the driver reading it with Spark, and Spark tasks, on one home; its changes and
     answer equal the general plan's every epoch. The Arrow epochs took the Arrow path."""
-    real, read = VectorQueryProgram._arrow_rows, []
+    real, read = VectorQueryProgram._arrow_lifted_rows, []
 
     def counted(self, *args):
         out = real(self, *args)
         read.append(out is not None)
         return out
-    monkeypatch.setattr(VectorQueryProgram, "_arrow_rows", counted)
+    monkeypatch.setattr(VectorQueryProgram, "_arrow_lifted_rows", counted)
     df = both_routes("mixed", "P", P_SCHEMA, {
         "q": "SELECT y AS k, count(*) AS c, sum(x) AS s, min(x) AS lo FROM P WHERE x <> 3 "
              "GROUP BY y",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -41,12 +42,13 @@ from strata.model.errors import (
 )
 from strata.model.schema import SchemaLike, parse_ddl, to_arrow_schema, to_ddl, type_ddl
 from strata.model.vectorized import VectorError, VectorShape, VectorTranslate, per_group
+from strata.physical import spark_hash
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
 from strata.storage import fs
 from strata.storage.columnar_runs import ColumnarRuns, member, runs_of, unique_keys
 from strata.storage.home import Home, StageLayout
-from strata.storage.increments import Increment, write_table
+from strata.storage.increments import Increment, read_table, write_table
 from strata.storage.manifest import StateSnapshot
 from strata.storage.partition_store import RunInfo
 
@@ -121,6 +123,19 @@ def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
     """``rows`` hash-partitioned on the key columns into the stage's ``n`` partitions,
     with the partition each row must reach in ``__p`` (each task checks it)."""
     return with_partition(rows, kcols, n).repartition(n, *kcols)
+
+
+ARROW_CONF = "spark.strata.arrow"  # "false": the driver leaves reads and evaluation to Spark
+
+
+def arrow_enabled(ctx: EpochContext) -> bool:
+    """Whether the driver may read an epoch's rows with pyarrow (``spark.strata.arrow``
+    is not ``false``)."""
+    return (ctx.spark.conf.get(ARROW_CONF, "true") or "true").lower() != "false"
+
+
+class _NotHere(Exception):  # noqa: N818  (a signal to let Spark do it, not a failure)
+    """The driver cannot do this with Arrow: Spark does."""
 
 
 def driver_epoch_rows(ctx: EpochContext) -> int:
@@ -246,11 +261,54 @@ class VectorizedProgram(StageProgram):
                 and state <= _conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
 
     def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
-        """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``."""
+        """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``: read
+        by the driver itself when it can (:meth:`_arrow_rows`), else by Spark."""
+        if arrow_enabled(ctx):
+            try:
+                return self._arrow_rows(ctx)
+            except _NotHere:
+                pass
+        return self._spark_driver_rows(ctx)
+
+    def _spark_driver_rows(self, ctx: EpochContext) -> pa.Table | None:
+        """:meth:`_input_rows` run by Spark and collected, with ``__p``."""
         rows = self._input_rows(ctx)
         if rows is None:
             return None
         return with_partition(rows, self._key_columns(), ctx.num_partitions).toArrow()
+
+    def _arrow_rows(self, ctx: EpochContext) -> pa.Table | None:
+        """:meth:`_driver_rows` with no Spark job: pyarrow reads the increments and each
+        row's partition is Spark's ``pmod(hash(keys), n)`` computed in numpy
+        (:mod:`strata.physical.spark_hash`). Raises :class:`_NotHere` when a file does
+        not read as its flow's schema or a key type is one that module leaves to Spark."""
+        shape = self.shape
+        key_schema = shape.state or shape.inputs[0][1]
+        parts = []
+        try:
+            for i, (flow, schema) in enumerate(shape.inputs):
+                files = [f for inc in ctx.inputs.get(flow, ()) for f in inc.files]
+                table = read_table(files, schema) if files else None
+                if table is None or not table.num_rows:
+                    continue
+                cols = {f"__k{j}": table.column(k).cast(key_schema.field(k).type)
+                        for j, k in enumerate(shape.keys)}
+                cols["__flow"] = pa.array(np.full(table.num_rows, i, np.int32))
+                rest = [c for c in schema.names if c not in shape.keys]
+                cols[f"__f{i}"] = pa.StructArray.from_arrays(
+                    [table.column(c).combine_chunks() for c in rest], names=rest
+                ) if rest else pa.array(np.ones(table.num_rows, bool))
+                parts.append(pa.table(cols))
+        except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise _NotHere from e
+        if not parts:
+            return None
+        rows = pa.concat_tables(parts, promote_options="default")  # other flows' __f: NULL
+        partition = spark_hash.partitions(
+            [rows.column(c) for c in self._key_columns()], ctx.num_partitions)
+        if partition is None:
+            raise _NotHere
+        return rows.append_column("__p", pa.array(partition))
 
     def _run_in_driver(self, task: _VectorTask, table: pa.Table | None, n: int) -> list[dict]:
         """Every partition's task, run here on its rows of ``table``."""

@@ -336,9 +336,9 @@ class VectorQueryProgram(VectorizedProgram):
         files = [f for inc in ctx.inputs.get(route.flow, ()) for f in inc.files]
         lifts = [s for _, _, lift, _ in route.parts if (s := split_lift(lift)) is not None]
         if not files or len(lifts) < len(route.parts):
-            return super()._driver_rows(ctx)
+            return self._spark_driver_rows(ctx)  # Spark computes h
         if arrow_step.enabled(ctx.spark):
-            rows = self._arrow_rows(files, [arg for _, arg in lifts], ctx.num_partitions)
+            rows = self._arrow_lifted_rows(files, [arg for _, arg in lifts], ctx.num_partitions)
             if rows is not None:
                 return self._aggregate(ctx, rows, [f for f, _ in lifts])
         args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
@@ -347,7 +347,8 @@ class VectorQueryProgram(VectorizedProgram):
                               self._key_columns(), ctx.num_partitions).toArrow()
         return self._aggregate(ctx, rows, [f for f, _ in lifts])
 
-    def _arrow_rows(self, files: list[str], args: list[str], n: int) -> pa.Table | None:
+    def _arrow_lifted_rows(self, files: list[str], args: list[str], n: int
+                           ) -> pa.Table | None:
         """What Spark reads and projects for an epoch in the driver (keys, ``__p`` and
         the lifted values ``__a<i>``), computed here with no Spark job: pyarrow reads the
         increment, :mod:`~strata.queries.arrow_expr` evaluates the route's expressions
