@@ -12,6 +12,8 @@ from strata.model.vectorized import VectorResult
 from strata.physical.vectorized import vectorized_stage
 
 EPOCHS = 6
+# epochs as Spark tasks: a small epoch in the driver ends before the "during-job" kill
+SPARK_CONF = {"spark.strata.driverEpoch.maxRows": "-1"}
 
 
 def net(state: pd.DataFrame, inputs: dict[str, pd.DataFrame]) -> VectorResult:

@@ -17,6 +17,6 @@ if __name__ == "__main__":
     if hasattr(pipeline, "setup"):
         pipeline.setup()
     with Controller(sys.argv[1], pipeline.build_dataflow(), master="local[2]",
-                    num_partitions=2) as c:
+                    num_partitions=2, spark_conf=getattr(pipeline, "SPARK_CONF", None)) as c:
         c.run(on_epoch=lambda r: print(  # what ran, for the test's messages
             f"epoch {r.stage} {r.epoch}{' (recovered)' if r.recovered else ''}", flush=True))
