@@ -128,10 +128,10 @@ def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
 ARROW_CONF = "spark.strata.arrow"  # "false": the driver leaves reads and evaluation to Spark
 
 
-def arrow_enabled(ctx: EpochContext) -> bool:
+def arrow_enabled(spark: Any) -> bool:
     """Whether the driver may read an epoch's rows with pyarrow (``spark.strata.arrow``
     is not ``false``)."""
-    return (ctx.spark.conf.get(ARROW_CONF, "true") or "true").lower() != "false"
+    return (spark.conf.get(ARROW_CONF, "true") or "true").lower() != "false"
 
 
 class _NotHere(Exception):  # noqa: N818  (a signal to let Spark do it, not a failure)
@@ -263,7 +263,7 @@ class VectorizedProgram(StageProgram):
     def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
         """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``: read
         by the driver itself when it can (:meth:`_arrow_rows`), else by Spark."""
-        if arrow_enabled(ctx):
+        if arrow_enabled(ctx.spark):
             try:
                 return self._arrow_rows(ctx)
             except _NotHere:

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from strata.physical.vectorized import ARROW_CONF
+from strata.physical.vectorized import ARROW_CONF, arrow_enabled
 from strata.queries import arrow_expr, driver_rows
 from strata.queries.algebra import Map, Nearest, Scan
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
@@ -38,9 +38,8 @@ CONF = ARROW_CONF
 def enabled(spark: SparkSession) -> bool:
     """Whether steps may run in Arrow: Spark's ANSI mode (whose semantics Arrow follows
     here) is on and ``spark.strata.arrow`` is not ``false``."""
-    conf = spark.conf
-    return ((conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
-            and (conf.get(CONF, "true") or "true").lower() != "false")
+    return ((spark.conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
+            and arrow_enabled(spark))
 
 
 def _held(df: DataFrame, table: pa.Table) -> DataFrame:

@@ -20,7 +20,6 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -69,6 +68,18 @@ class _Staged:
     df: DataFrame | None
     files: list[str] = field(default_factory=list)
     rows: int | None = None  # of a replacing write, once written
+
+
+def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: str
+                   ) -> list[str]:
+    """Write ``table``'s rows into ``path``, one file per value of ``bucket`` (each row's
+    bucket), named as ``bucketBy`` names a bucket's files; the files, by bucket."""
+    files = []
+    for b in sorted(pc.unique(bucket).to_pylist()):
+        uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
+        write_table(uri, table.filter(pc.equal(bucket, b)))
+        files.append(uri)
+    return files
 
 
 class QueryTables:
@@ -193,11 +204,7 @@ class QueryTables:
             bucket = spark_hash.partitions([table.column(c) for c in s.lineage], self.n)
             if bucket is None:
                 return False
-            files = []
-            for b in np.unique(bucket).tolist():
-                uri = fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
-                write_table(uri, table.filter(pa.array(bucket == b)))
-                files.append(uri)
+            files = _write_buckets(table, pa.array(bucket), s.path)
         else:
             files = []
             if table.num_rows:
@@ -223,12 +230,7 @@ class QueryTables:
         if table.num_rows > frames.DRIVER_ROWS:
             return None, table.num_rows
         bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
-        files = []
-        for b in sorted(pc.unique(bucket).to_pylist()):
-            uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
-            write_table(uri, table.filter(pc.equal(bucket, b)))
-            files.append(uri)
-        return files, table.num_rows
+        return _write_buckets(table, bucket, path), table.num_rows
 
     def _bucket(self, lineage: Sequence[str]) -> Column:
         """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""

@@ -91,8 +91,8 @@ def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = N
         return None
     if not files:
         return schema.empty_table()
-    return pa.concat_tables([_read_file(f, cache).select(schema.names).cast(schema)
-                             for f in files])
+    return pa.concat_tables([_read_file(f, cache, schema.names).select(schema.names)
+                             .cast(schema) for f in files])
 
 
 def row_count(uri: str) -> int:
@@ -105,14 +105,16 @@ def row_count(uri: str) -> int:
     return pq.read_metadata(path, filesystem=fsys).num_rows
 
 
-def _read_file(uri: str, cache: bool) -> pa.Table:
+def _read_file(uri: str, cache: bool, names: Sequence[str]) -> pa.Table:
+    """File ``uri``: from the cache, else read (all its columns if it is to be cached,
+    else only ``names``)."""
     with _LOCK:
         hit = FILE_CACHE.get(uri)
         if hit is not None:
             FILE_CACHE.move_to_end(uri)
             return hit
     fsys, path = resolve(uri)
-    table = pq.read_table(path, filesystem=fsys)
+    table = pq.read_table(path, filesystem=fsys, columns=None if cache else list(names))
     if cache and table.nbytes <= FILE_CACHE_BYTES // 2:
         global _cached_bytes
         with _LOCK:
