@@ -13,7 +13,12 @@ write bytes for its jobs (:class:`strata.observability.spark_metrics.SparkMetric
   direct mode, with one ingest of the initial crawl and increments 1..e (its queue is then the full
   queue: every uncrawled linked URL over the threshold);
 * ``blackbox`` — one controller, black-box mode (the whole state is shuffled each epoch);
-* ``direct`` — one controller, direct mode (only the increment is shuffled).
+* ``direct`` — one controller, direct mode (only the increment is shuffled), its small
+  epochs run in the driver as by default (docs/architecture.md, "Small epochs in the
+  driver");
+* ``direct_tasks`` — the same with every epoch as Spark tasks
+  (``spark.strata.driverEpoch.maxRows=-1``), which measures what the driver saves and
+  is the run the state-shuffle estimate below uses (in the driver nothing is shuffled).
 
     python benchmarks/crawl_queue.py [--quick] --json PATH [--plot PATH.png]
 
@@ -23,10 +28,12 @@ lists of ``{"seconds", "shuffle_bytes"}`` per increment. The summary has the tar
 * direct seconds, last ÷ second increment                 <= 1.25
 * cumulative seconds, landmark ÷ direct                    >= 5
 * cumulative seconds, blackbox ÷ direct                    >= 2
+  (``cumulative_blackbox_over_direct_tasks`` beside it, no target)
 * state bytes shuffled by direct mode (estimate)          ~ 0 (< 5% of its shuffle)
 
-State bytes shuffled are estimated from Spark's shuffle write bytes: the bytes per routed
-input record are taken from direct mode's increment 1 (direct mode shuffles input only), and
+State bytes shuffled are estimated from Spark's shuffle write bytes of ``direct_tasks``:
+the bytes per routed input record are taken from its increment 1 (direct mode shuffles
+input only), and
 increment e's estimate is ``shuffle_bytes - routed_records * that``, where routed records
 are known from the data (each distinct link goes to two count groups; merge routes its
 three inputs once each). (PySpark batches records before Spark's shuffle writer, so
@@ -56,7 +63,8 @@ from examples.crawlqueue.pipeline import build_dataflow  # noqa: E402
 # full: a state (the initial crawl) 50x each increment, as the blackbox/direct target asks
 FULL = {"increments": 10, "size": 2000, "initial_increments": 50}
 QUICK = {"increments": 3, "size": 200, "initial_increments": 2}
-MODES = ("landmark", "blackbox", "direct")
+MODES = ("landmark", "blackbox", "direct", "direct_tasks")
+ALL_TASKS = {"spark.strata.driverEpoch.maxRows": "-1"}  # direct_tasks: no epoch in the driver
 TARGETS = {"direct_last_over_second": 1.25, "landmark_over_direct": 5.0,
            "blackbox_over_direct": 2.0}
 
@@ -87,12 +95,16 @@ def measured_run(c, metrics, label: str, batches: list[list[dict]]) -> tuple[dic
     return {"seconds": round(seconds, 4), "shuffle_bytes": m.shuffle_write_bytes}, extra
 
 
-def run_incremental(spark, metrics, tmp: Path, mode: str, batches, partitions: int,
+def run_incremental(spark, metrics, tmp: Path, name: str, batches, partitions: int,
                     quiet: bool = False, initial: list[dict] | None = None):
     from strata.controller import Controller
 
     rows, extras, queues = [], [], []
-    with Controller(tmp / f"home-{mode}", build_dataflow(), spark=spark, mode=mode,
+    mode = "direct" if name == "direct_tasks" else name
+    confs = ALL_TASKS if name == "direct_tasks" else {}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    with Controller(tmp / f"home-{name}", build_dataflow(), spark=spark, mode=mode,
                     num_partitions=partitions) as c:
         if initial:  # the crawl so far: builds the state, not timed
             c.ingest("pages", initial)
@@ -100,16 +112,18 @@ def run_incremental(spark, metrics, tmp: Path, mode: str, batches, partitions: i
         first = 1 if initial else 0
         for e, batch in enumerate(batches, 1):
             c.ingest("pages", batch)
-            row, extra = measured_run(c, metrics, f"crawl-{mode}-{e}", [batch])
+            row, extra = measured_run(c, metrics, f"crawl-{name}-{e}", [batch])
             rows.append(row)
             extras.append(extra)
             queues.append(sorted(c.read_flow("crawl_queue", e + first).to_pylist(),
                                  key=lambda r: r["url"]))
             if not quiet:
-                log(f"[{mode}] increment {e}: {row['seconds']:.2f} s, shuffle "
+                log(f"[{name}] increment {e}: {row['seconds']:.2f} s, shuffle "
                     f"{row['shuffle_bytes']:,} B, {extra['routed_records']:,} input records "
                     f"routed, queue {extra['queue_records']:,}")
         counts = {r["key"]: r["inlinks"] for r in c.state_records("count")}
+    for k in confs:
+        spark.conf.unset(k)
     return rows, extras, queues, counts
 
 
@@ -149,24 +163,28 @@ def summarize(modes: dict, extras: dict, load: tuple, wall: float) -> dict:
         v = total(m) / total("direct")
         out[f"cumulative_{key}"] = {"value": round(v, 3),
                                     "target": f">= {TARGETS[key]:g}", "met": v >= TARGETS[key]}
-    # bytes per routed input record, from direct mode's first increment (direct shuffles
+    out["cumulative_blackbox_over_direct_tasks"] = {
+        "value": round(total("blackbox") / total("direct_tasks"), 3),
+        "what": "the same ratio with every direct epoch run as Spark tasks (no target)"}
+    # bytes per routed input record, from direct_tasks' first increment (direct shuffles
     # input only; with an initial crawl black-box already shuffles state in increment 1)
-    per = modes["direct"][0]["shuffle_bytes"] / extras["direct"][0]["routed_records"]
+    per = modes["direct_tasks"][0]["shuffle_bytes"] / extras["direct_tasks"][0]["routed_records"]
 
     def state_bytes(m: str) -> list[int]:
         return [round(r["shuffle_bytes"] - x["routed_records"] * per)
                 for r, x in zip(modes[m], extras[m], strict=True)]
 
-    ds = state_bytes("direct")
-    share = sum(ds[1:]) / max(1, sum(r["shuffle_bytes"] for r in d[1:]))
+    ds = state_bytes("direct_tasks")
+    share = sum(ds[1:]) / max(1, sum(r["shuffle_bytes"] for r in modes["direct_tasks"][1:]))
     out["direct_state_shuffle_bytes"] = {
         "value": round(share, 4), "per_increment_bytes": ds,
-        "what": "estimated state bytes shuffled / shuffle bytes, direct, increments 2..",
+        "what": "estimated state bytes shuffled / shuffle bytes, direct_tasks, increments 2..",
         "target": "~ 0 (< 0.05)", "met": abs(share) < 0.05}
     out["blackbox_state_shuffle_bytes"] = state_bytes("blackbox")
     out["cumulative_seconds"] = {m: round(total(m), 2) for m in modes}
     out["queue_records"] = [x["queue_records"] for x in extras["direct"]]
     out["stage_seconds_direct"] = [x["stage_seconds"] for x in extras["direct"]]
+    out["stage_seconds_direct_tasks"] = [x["stage_seconds"] for x in extras["direct_tasks"]]
     out["stage_seconds_blackbox"] = [x["stage_seconds"] for x in extras["blackbox"]]
     out["landmark"] = ("the same dataflow, direct mode, in a fresh home over one ingest of "
                        "all pages so far (Controller.run() time; ingest not timed)")
@@ -186,11 +204,13 @@ def human(result: dict) -> str:
     lines.append("cumulative seconds: " + ", ".join(f"{m} {v}" for m, v in
                                                      s["cumulative_seconds"].items()))
     for k in ("direct_last_over_second", "cumulative_landmark_over_direct",
-              "cumulative_blackbox_over_direct", "direct_state_shuffle_bytes"):
+              "cumulative_blackbox_over_direct", "cumulative_blackbox_over_direct_tasks",
+              "direct_state_shuffle_bytes"):
         if k in s:
             r = s[k]
-            lines.append(f"  [{'ok ' if r['met'] else 'MISS'}] {k:34s} {r['value']:>10}  "
-                         f"target {r['target']}")
+            mark = ("ok " if r["met"] else "MISS") if "met" in r else "   "
+            lines.append(f"  [{mark}] {k:38s} {r['value']:>10}  "
+                         f"target {r.get('target', '-')}")
     lines.append(f"load average (1 min) {s['load_average_1m']}, wall {s['wall_seconds']} s")
     return "\n".join(lines)
 
@@ -257,14 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         modes["landmark"], extras["landmark"], landmark_counts = run_landmark(
             spark, metrics, tmp, batches, args.partitions, initial)
         results = {}
-        for mode in ("blackbox", "direct"):
+        for mode in ("blackbox", "direct", "direct_tasks"):
             rows, ex, queues, counts = run_incremental(spark, metrics, tmp, mode, batches,
                                                        args.partitions, initial=initial)
             modes[mode], extras[mode], results[mode] = rows, ex, (queues, counts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if results["direct"][0] != results["blackbox"][0]:
-        raise RuntimeError("direct and black-box crawl queues differ")
+    for mode in ("direct", "direct_tasks"):
+        if results[mode][0] != results["blackbox"][0]:
+            raise RuntimeError(f"{mode} and black-box crawl queues differ")
     if results["direct"][1] != landmark_counts:
         raise RuntimeError("direct in-link counts differ from the landmark recomputation")
     result = {"increments": n, "records_per_increment": size, "initial_pages": len(initial),

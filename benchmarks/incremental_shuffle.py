@@ -387,15 +387,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
+    from strata.physical.small_epochs import DRIVER_ROWS
 
     spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")
+    # what this measures is Spark's shuffle per epoch: every epoch runs as Spark tasks,
+    # none in the driver (docs/architecture.md, "Small epochs in the driver")
+    spark.conf.set(DRIVER_ROWS, "-1")
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-", dir=args.tmp))
     config = {
         "states": states, "increment": inc, "epochs": epochs, "num_partitions": args.partitions,
         "existing_fraction": args.existing, "seed": args.seed,
         "master": spark.sparkContext.master, "quick": args.quick,
-        "preload_files": 8, "increment_files": 2,
+        "preload_files": 8, "increment_files": 2, DRIVER_ROWS: "-1",
     }
     log(f"strata benchmark: S={states}, I={inc:,}, E={epochs}, {args.partitions} partitions, "
         f"master {config['master']}, temp dir {tmp}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ from strata.physical.runner import SparkStageRunner
 from strata.reference import ReferenceExecutor
 from strata.storage import fs
 from strata.storage.increments import Increment, read_records, write_table
+from tests.helpers import epochs_in
 
 Record = dict[str, Any]
 
@@ -140,7 +141,9 @@ def flow_schema(stage: Stage, flow: str) -> pa.Schema:
 
 class SparkRunner:
     """Runs stage epochs with :class:`SparkStageRunner` in ``mode`` under ``home``
-    (``"direct-indexed"``: direct mode over the indexed state store).
+    (``"direct-indexed"``: direct mode over the indexed state store). A mode ending
+    ``@tasks`` or ``@driver`` (``"direct@driver"``) runs every epoch as Spark tasks or
+    in the driver (``tests.helpers.epochs_in``); without, the session's confs decide.
 
     Each input record list is written as ``files_per_input`` Parquet files (records
     dealt round-robin, so an increment may span several files).
@@ -156,6 +159,9 @@ class SparkRunner:
     ) -> None:
         self.name = mode
         self.home = home
+        self.spark = spark
+        mode, _, where = mode.partition("@")
+        self.where = where or None
         mode, _, store = mode.partition("-")
         self.runner = SparkStageRunner(home, spark, mode=mode, num_partitions=num_partitions,
                                        store=store or "columns")
@@ -182,7 +188,8 @@ class SparkRunner:
         incs = {
             f: self.write_increment(stage, f, recs) for f, recs in inputs.items() if recs
         }
-        result = self.runner.run_epoch(stage, incs)
+        with epochs_in(self.spark, self.where) if self.where else nullcontext():
+            result = self.runner.run_epoch(stage, incs)
         return {f: read_records(inc.files) for f, inc in result.outputs.items()}
 
     def state_records(self, stage: Stage) -> list[Record]:

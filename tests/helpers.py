@@ -9,7 +9,7 @@ from pathlib import Path
 
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
-from strata.physical.vectorized import DRIVER_ROWS
+from strata.physical.small_epochs import DRIVER_ROWS
 from strata.queries.arrow_step import CONF as ARROW
 from strata.storage.increments import Increment, write_table
 
@@ -23,9 +23,10 @@ def increment(home: str | Path, flow: Flow, records: list[dict]) -> Increment:
 
 
 @contextmanager
-def vectorized_epochs(spark, where: str) -> Iterator[None]:
-    """Vectorized epochs run ``"tasks"`` (always as Spark tasks) or ``"driver"`` (in the
-    driver, whatever their size), by the session conf that picks; ``"driver-spark"`` runs
+def epochs_in(spark, where: str) -> Iterator[None]:
+    """Small epochs (vectorized, query and translate stages) run ``"tasks"`` (always as
+    Spark tasks) or ``"driver"`` (in the driver, up to the program's own limits), by the
+    session conf that picks; ``"driver-spark"`` runs
     them in the driver with the driver's Arrow evaluation off (Spark reads the increment)."""
     confs = {DRIVER_ROWS: {"tasks": "-1"}.get(where, str(1 << 40)),
              ARROW: "false" if where == "driver-spark" else "true"}

@@ -40,7 +40,9 @@ from tests.dataflow_driver import (
 
 register_by_value(__name__)  # Spark workers cannot import this module: ship it by value
 
-MODES = ("direct", "direct-indexed", "blackbox")  # direct: the columnar state store
+# direct: the columnar state store; every epoch as Spark tasks, or every one in the driver
+MODES = ("direct@tasks", "direct@driver", "direct-indexed@tasks", "direct-indexed@driver",
+         "blackbox")
 REC = "k long, s string, v long, id long"  # the schema of every generated flow
 S = ("a", "b", "ß", "", "ab")  # string key domain (tiny, so groups collide)
 NK = 5  # int key domain 0..NK-1

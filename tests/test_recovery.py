@@ -14,6 +14,8 @@ from strata.storage.increments import read_records
 from tests.recovery.harness import crash_run, ingest_all
 from tests.recovery.pipeline import build_dataflow
 
+DRIVER_PIPELINE = "tests.recovery.driver_pipeline"
+
 # Named crash points (strata.faults) and which occurrence to die at: before and after
 # the write-ahead intent, during the Spark job, around the state manifest switch,
 # inside the catalog transaction that applies an epoch, in framing, in GC.
@@ -61,6 +63,19 @@ def expected(spark, tmp_path_factory):
     assert [e for _, e, _ in res["outputs"]["counts"]] == [1, 2, 3]
     assert len(res["outputs"]["hourly"]) == 3 and res["state"]["per_hour"]
     return res
+
+
+def test_kill_9_between_the_partitions_of_an_epoch_in_the_driver(spark, tmp_path, expected):
+    """A small epoch runs every partition in the driver, one after another: killed after
+    some partitions wrote their files, the run resumes to the uninterrupted result."""
+    points = ["driver-partition:1", "driver-partition:4", "driver-partition:7"]
+    for i, point in enumerate(points):
+        assert crash_run(tmp_path / f"d{i}", point, pipeline=DRIVER_PIPELINE), point
+    for i, point in enumerate(points):
+        with Controller(tmp_path / f"d{i}", build_dataflow(), spark=spark,
+                        num_partitions=2) as c:
+            c.run()
+        assert _results(tmp_path / f"d{i}", spark) == expected, f"after kill at {point}"
 
 
 def test_kill_9_anywhere_then_resume_gives_the_uninterrupted_result(spark, tmp_path, expected):

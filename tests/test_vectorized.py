@@ -30,7 +30,7 @@ from tests.dataflow_driver import (
     register_by_value,
     run_dataflow,
 )
-from tests.helpers import vectorized_epochs
+from tests.helpers import epochs_in
 
 register_by_value(__name__)
 WHERE = st.sampled_from(["tasks", "driver", "driver-spark"])  # where a vectorized epoch runs
@@ -117,7 +117,7 @@ def compare(spark, df: Dataflow, batches: list[dict], partitions: int = 3,
     try:
         ref, spk = ReferenceRunner(), SparkRunner(spark, home, "direct", partitions)
         expected = run_dataflow(df, batches, ref)
-        with vectorized_epochs(spark, where):
+        with epochs_in(spark, where):
             got = run_dataflow(df, batches, spk)
         assert {f: [multiset(i) for i in incs] for f, incs in got.items()} == \
             {f: [multiset(i) for i in incs] for f, incs in expected.items()}
@@ -216,7 +216,7 @@ def foreign_state(state, inputs):
 ])
 @pytest.mark.parametrize("route", ["tasks", "driver"])
 def test_bad_functions_stop_the_epoch_and_name_it(spark, tmp_path, fn, error, where, route):
-    with vectorized_epochs(spark, route):
+    with epochs_in(spark, route):
         bad_function_epoch(spark, tmp_path, fn, error, where)
 
 
@@ -283,7 +283,7 @@ def test_only_the_increment_is_shuffled_never_the_state(spark, tmp_path):
     for runner in (first, SparkRunner(spark, str(tmp_path), "direct", 2)):
         runner._seq = 1000 + runner._seq
         batch = {"a": [{"k": k * 7, "s": "", "v": 2} for k in range(30)]}
-        with metrics.measure("vectorized-epoch") as m, vectorized_epochs(spark, "tasks"):
+        with metrics.measure("vectorized-epoch") as m, epochs_in(spark, "tasks"):
             got = runner.run(stage, batch)
         assert len(got["totals"]) == 30
         assert m.shuffle_write_records == 30, m.to_json()
@@ -295,7 +295,7 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
     shuffles nothing. Above either session limit (input records, state bytes) the same
     epoch runs as Spark tasks, which shuffle the increment; the answers agree."""
     from strata.observability.spark_metrics import SparkMetrics
-    from strata.physical.vectorized import DRIVER_ROWS, DRIVER_STATE_BYTES
+    from strata.physical.small_epochs import DRIVER_ROWS, DRIVER_STATE_BYTES
 
     metrics = SparkMetrics(spark)
     stage = build("add_up").stages["add"]
@@ -337,7 +337,7 @@ def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grou
     for e in range(6):
         batch = {"a": [{"k": (k * 5 + e) % 23, "s": "", "v": e + 1} for k in range(12)],
                  "b": [{"k": k, "s": "", "v": 1} for k in range(e, 23, 4)]}
-        with vectorized_epochs(spark, ("driver", "driver-spark", "tasks")[e % 3]):
+        with epochs_in(spark, ("driver", "driver-spark", "tasks")[e % 3]):
             got = spk.run(stage, batch)
         assert multiset(got["totals"]) == multiset(ref.run(stage, batch)["totals"]), e
     assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
@@ -346,7 +346,7 @@ def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grou
 
 def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):
     from strata.model.errors import EpochError
-    from strata.physical.vectorized import DRIVER_ROWS
+    from strata.physical.small_epochs import DRIVER_ROWS
 
     stage = build("add_up").stages["add"]
     spk = SparkRunner(spark, str(tmp_path), "direct", 2)

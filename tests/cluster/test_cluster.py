@@ -36,7 +36,8 @@ HERE = Path(__file__).resolve().parent
 URLCOUNT = HERE.parent / "pipelines" / "urlcount_pipeline.py"
 SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
 QUERY = "SELECT url, COUNT(*) AS n FROM urls GROUP BY url"
-TASKS = ("--conf", "spark.strata.driverEpoch.maxRows=-1")  # vectorized epochs as tasks
+# on the cluster every epoch runs as tasks on the workers, none in the driver
+TASKS = ("--conf", "spark.strata.driverEpoch.maxRows=-1")
 
 
 def _demo_outputs(home: Path) -> tuple[list, dict[int, list]]:
@@ -179,17 +180,17 @@ def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path
     local("run", pipeline, "--home", home)
     local("ingest", "words", data, "--home", home)
     sh("run", pipeline, "--home", home, "--master", cluster.master, "--partitions", "2",
-       env=env)
+       *TASKS, env=env)
     counts = {r["word"]: r["count"] for r in records(home, "count.state")}
     assert counts == Counter(w.strip().lower() for w in words)
 
 
 def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
-                            files: list[tuple[str, Path]], setup: tuple = (),
-                            cluster_args: tuple[str, ...] = ()) -> dict[str, Path]:
+                            files: list[tuple[str, Path]], setup: tuple = ()
+                            ) -> dict[str, Path]:
     """Two homes, ``cluster`` and ``local``: register ``pipeline`` in each (then the CLI
     command ``setup``, if any), and per ``(flow, file)`` ingest it and run, on the cluster
-    (`strata run` given ``cluster_args`` too) or in local mode. Returns the homes."""
+    (`strata run` given ``TASKS``) or in local mode. Returns the homes."""
     homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
     for where, home in homes.items():
         local("run", pipeline, "--home", home)
@@ -201,7 +202,7 @@ def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
                 local("run", pipeline, "--home", home)
             else:
                 sh("run", pipeline, "--home", home, "--master", cluster.master,
-                   *cluster_args)
+                   *TASKS)
     return homes
 
 
@@ -232,8 +233,7 @@ def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
     epochs run as tasks on the workers; locally (small epochs) in the driver."""
     pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
     homes = run_here_and_on_cluster(
-        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))],
-        cluster_args=TASKS)
+        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))])
     for target in ("counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target

@@ -98,7 +98,8 @@ def run_with_fault(cluster: Cluster, tmp_path: Path, victim) -> dict[str, int]:
     ))
     proc = subprocess.Popen(
         strata_cmd("run", PIPELINE, "--home", home, "--master", cluster.master,
-                   "--partitions", "4", "--json"),
+                   "--partitions", "4", "--json",
+                   "--conf", "spark.strata.driverEpoch.maxRows=-1"),  # on the workers
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = _wait_for(lambda: sorted(marks.iterdir()), "a translate call", proc)

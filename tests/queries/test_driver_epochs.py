@@ -14,7 +14,7 @@ from strata.controller.controller import Controller
 from strata.queries import add_query
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.tables import COMPACT_FILES_PER_BUCKET
-from tests.helpers import vectorized_epochs
+from tests.helpers import epochs_in
 from tests.queries.oracle import duckdb_answer, normalized
 from tests.queries.test_shapes import D_SCHEMA, P_SCHEMA, R_SCHEMA, SHAPES, SUMSQ, VECTORIZED
 
@@ -61,7 +61,7 @@ def run(spark, home, where: str, modes: dict[str, list]) -> dict[str, list]:
         add_query(df, name, sql, keys={"D": ["id"]}, aggregates={"sumsq": SUMSQ})
     seen: dict[str, list[dict]] = defaultdict(list)
     got: dict[str, list] = defaultdict(list)
-    with vectorized_epochs(spark, where), Controller(str(home), df, spark=spark,
+    with epochs_in(spark, where), Controller(str(home), df, spark=spark,
                                                      num_partitions=2) as c:
         for e, inc in enumerate(history(), 1):
             for flow, recs in inc.items():
@@ -113,7 +113,7 @@ def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
     jobs: list[int] = []
     files: list[int] = []
     epochs = COMPACT_FILES_PER_BUCKET + 3
-    with vectorized_epochs(spark, "driver"), Controller(str(tmp_path), df, spark=spark,
+    with epochs_in(spark, "driver"), Controller(str(tmp_path), df, spark=spark,
                                                        num_partitions=1) as c:
         for e in range(epochs):
             r = [{"k": 10 * e + i, "x": (i * 7 + e) % 4} for i in range(10)]
@@ -148,7 +148,7 @@ def test_a_deleted_join_row_leaves_the_answer(spark, tmp_path, where):
     add_query(df, "q", SHAPES["join_group_by"][0], keys={"D": ["id"]})
     r = [{"x": i % 3, "y": i, "_mult": 1} for i in range(9)]
     d = [{"id": i, "name": f"n{i}", "grp": "ab"[i % 2], "_mult": 1} for i in range(3)]
-    with vectorized_epochs(spark, where), Controller(str(tmp_path), df, spark=spark,
+    with epochs_in(spark, where), Controller(str(tmp_path), df, spark=spark,
                                                      num_partitions=2) as c:
         c.ingest("R", r)
         c.ingest("D", d)

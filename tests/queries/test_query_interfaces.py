@@ -17,7 +17,7 @@ from strata.controller.controller import Controller
 from strata.model.errors import EpochError
 from strata.observability.spark_metrics import SparkMetrics
 from strata.queries import NotIncrementalError, QueryError, UserAggregate, add_query
-from tests.helpers import vectorized_epochs
+from tests.helpers import epochs_in
 
 PIPELINE = Path(__file__).parents[1] / "pipelines" / "urlcount_pipeline.py"
 SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
@@ -133,7 +133,7 @@ def test_group_state_is_never_reshuffled(spark, tmp_path, where):
     """Shuffle bytes per epoch follow the increment, not the state: growing the state 10×
     leaves them about the same (Spark's shuffle write metrics). An epoch run in the
     driver shuffles nothing at all."""
-    with vectorized_epochs(spark, where):
+    with epochs_in(spark, where):
         per_state = group_epoch_shuffles(spark, tmp_path)
     if where == "driver":
         assert per_state == {2_000: 0, 20_000: 0}

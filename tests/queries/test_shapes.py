@@ -15,7 +15,7 @@ from strata.controller.controller import Controller
 from strata.model.errors import EpochError, StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
-from tests.helpers import vectorized_epochs
+from tests.helpers import epochs_in
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 
 R_SCHEMA = "x bigint, y bigint, _mult bigint"  # facts, with deletes
@@ -141,7 +141,7 @@ _WHERE = itertools.cycle(["tasks", "driver", "driver-spark"])
 def test_shapes_agree_with_duckdb(spark, tmp_path_factory, history):
     """Every shape against DuckDB; the vectorized route's epochs run as Spark tasks and in
     the driver in turn, example by example."""
-    with vectorized_epochs(spark, next(_WHERE)):
+    with epochs_in(spark, next(_WHERE)):
         check_history(spark, tmp_path_factory.mktemp("shapes"), history)
 
 
@@ -210,7 +210,7 @@ def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path, where
     neither retracted nor inserted again) and read the same answer, ORDER BY and LIMIT
     applied; NULL keys form one group. The route's epochs run as Spark tasks or in the
     driver (``where``)."""
-    with vectorized_epochs(spark, where):
+    with epochs_in(spark, where):
         route_against_general_plan(spark, tmp_path)
 
 
@@ -272,7 +272,7 @@ def test_route_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path
         for e in range(1, 8):
             c.ingest("P", [{"x": (j * 7 + e) % 9, "y": None if j % 5 == 0 else j % 11}
                            for j in range(10 + e)])
-            with vectorized_epochs(spark, where[e % 3]):
+            with epochs_in(spark, where[e % 3]):
                 c.run()
             same_changes(c, "q", e)
             same_changes(c, "e", e)
@@ -291,7 +291,7 @@ def test_deleting_a_groups_rows_retracts_it_on_the_route(spark, tmp_path, where)
     epochs = [rows, [{**r, "_mult": -1} for r in rows if r["y"] == 1],
               [{"x": 20, "y": 1, "_mult": 1}, {**rows[2], "_mult": -1}],
               [{**r, "_mult": -1} for r in rows if r["y"] is None and r != rows[2]]]
-    with vectorized_epochs(spark, where), Controller(str(tmp_path), df, spark=spark,
+    with epochs_in(spark, where), Controller(str(tmp_path), df, spark=spark,
                                                      num_partitions=2) as c:
         for e, batch in enumerate(epochs, 1):
             c.ingest("R", batch)
@@ -344,7 +344,7 @@ def test_a_sum_overflowing_within_one_increment_stops_the_epoch(spark, tmp_path,
     df = Dataflow("overflow")
     df.source("P", P_SCHEMA)
     add_query(df, "q", "SELECT x, sum(y) AS s FROM P GROUP BY x")
-    with vectorized_epochs(spark, where), Controller(str(tmp_path), df, spark=spark,
+    with epochs_in(spark, where), Controller(str(tmp_path), df, spark=spark,
                                                      num_partitions=2) as c:
         c.ingest("P", [{"x": 8, "y": 1}])
         c.run()

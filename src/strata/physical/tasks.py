@@ -15,11 +15,13 @@ uniquely named files. The driver commits them by switching the state manifest.
 from __future__ import annotations
 
 import gc
+import pickle
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.faults import crashpoint
 from strata.model.dataflow import STATE, Stage
 from strata.model.emitter import Emitter
 from strata.model.errors import (
@@ -201,6 +203,29 @@ class EpochTask:
     def run_unshuffled(self, p: int, splits: Iterable[tuple]) -> list[dict]:
         """A record-wise stage: route and translate in the same task, no shuffle."""
         return self.run_partition(p, (item for _, item in self.map_splits(splits)))
+
+    def run_here(self, splits: list[tuple]) -> list[dict]:
+        """The whole epoch in this process (a small epoch, in the driver): what the Spark
+        tasks would run, on the same splits and writing the same files, with the routed
+        items handed over in memory instead of pickled through a shuffle."""
+        results: list[dict] = []
+        if self.stage.is_recordwise:  # as Spark's tasks: one per split, at least one
+            for p in range(max(1, len(splits))):
+                results += self.run_unshuffled(p, splits[p : p + 1])
+                crashpoint("driver-partition")
+            return results
+        buckets: list[list] = [[] for _ in range(self.num_partitions)]
+        for p, item in self.map_splits(splits):
+            if item[0] in (BROADCAST, MULTICAST) and p:
+                # each partition's own copy, as after a shuffle: a translate that changes a
+                # record it was given must not change what other partitions see
+                item = pickle.loads(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
+            buckets[p].append(item)
+        for p in range(self.num_partitions):
+            items, buckets[p] = buckets[p], []
+            results += self.run_partition(p, items)
+            crashpoint("driver-partition")  # this partition's files written, not committed
+        return results
 
 
 class _PartitionRun:

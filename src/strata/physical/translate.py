@@ -14,6 +14,11 @@ Two execution modes:
     The paper's baseline: the whole state is read, routed and shuffled with the
     input every epoch, like a plain MapReduce job whose state is another input.
 
+A small direct-mode epoch runs in the driver instead of as a Spark job
+(:meth:`TranslateProgram.in_driver`): the same tasks' code over the same files
+(``EpochTask.run_here``), with no job, pickling or shuffle (``docs/architecture.md``,
+"Small epochs in the driver").
+
 Why this route rather than a co-partitioned ``cogroup`` or a bucketed table
 (``docs/architecture.md``, "State is never re-shuffled"): in PySpark a ``cogroup`` of
 RDDs only skips the state shuffle while the state RDD keeps its partitioner in memory;
@@ -36,6 +41,7 @@ from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.records import pending_state_records
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
+from strata.physical.small_epochs import fits_driver
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
 from strata.storage.direct_columns import StoreSpec
@@ -45,6 +51,11 @@ from strata.storage.manifest import StateSnapshot
 from strata.storage.partition_store import RunInfo
 
 MODES = ("direct", "blackbox")
+# A direct epoch of at most this many input records runs in the driver (within the
+# session's limits: physical/small_epochs.py). There it skips the job, the pickling and
+# the shuffle but calls translate on one core where Spark's tasks use them all, so larger
+# epochs run as tasks (measured: docs/performance.md, "Small translate epochs").
+DRIVER_RECORDS = 50_000
 # An input file of more than twice this many records is read by several map tasks (row
 # slices of the file), up to one task per core, so that one large increment file does
 # not leave all but one core idle on the map side.
@@ -96,38 +107,66 @@ class TranslateProgram(StageProgram):
         if not cur.epoch and stage.state is not None:  # a new home: the runner's store
             before.store = StoreSpec.for_state(ctx.store, stage.state.arrow_schema,
                                                stage.state.route_by)
-        for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
-                           for x in c)]:
-            ship_user_code(ctx.spark, s)
         task = EpochTask(
             stage=stage, epoch=ctx.epoch, mode=ctx.mode, num_partitions=ctx.num_partitions,
             home=ctx.home, layout=ctx.layout, token=ctx.token, runs=before.runs,
             fusion=ctx.fusion, store=before.store,
         )
+        here = self.in_driver(ctx, before)
         sc = ctx.spark.sparkContext
         splits: list[tuple] = []
         for fi, name in enumerate(stage.input_names):
             for inc in ctx.inputs.get(name, ()):
-                splits += input_splits(fi, inc, sc.defaultParallelism)
+                splits += input_splits(fi, inc, 1 if here else sc.defaultParallelism)
         splits += [("pending", f) for f in before.pending]
         if ctx.mode == "blackbox":
             splits += [("blackbox", f) for f in before.blackbox]
         n = ctx.num_partitions
-        if stage.is_recordwise:
-            rdd = sc.parallelize(splits, max(1, len(splits)))
-            results = rdd.mapPartitionsWithIndex(task.run_unshuffled).collect()
+        if here:
+            results = task.run_here(splits)
         else:
-            rdd = sc.parallelize(splits, max(1, min(len(splits), 4 * n)))
-            results = (
-                rdd.mapPartitions(task.map_splits)
-                .partitionBy(n, _identity)
-                .mapPartitionsWithIndex(task.run_shuffled)
-                .collect()
-            )
+            for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
+                               for x in c)]:
+                ship_user_code(ctx.spark, s)
+            results = self._run_on_spark(sc, task, splits, n)
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
-        return self._outcome(ctx, before, results)
+        outcome = self._outcome(ctx, before, results)
+        outcome.metrics["in_driver"] = here
+        return outcome
+
+    @staticmethod
+    def in_driver(ctx: EpochContext, before: TranslateState) -> bool:
+        """Whether the epoch runs in the driver (``EpochTask.run_here``): direct mode, at
+        most ``DRIVER_RECORDS`` input records (and the session's
+        ``spark.strata.driverEpoch.maxRows``), at most
+        ``spark.strata.driverEpoch.maxStateBytes`` of state runs and pending records.
+        Outer grouping calls every stored key too, so its stored entries count as input.
+        Black-box epochs always run as Spark tasks: re-shuffling the whole state is what
+        that mode is for."""
+        if ctx.mode != "direct":
+            return False
+        runs = [r for rs in before.runs.values() for r in rs]
+        state = sum(r.nbytes for r in runs) + sum(fs.size_of(f) for f in before.pending)
+        calls = ctx.input_records
+        if ctx.stage.state is not None and ctx.stage.state.grouping == "outer":
+            calls += sum(r.entries for r in runs)
+        return fits_driver(ctx, calls, state, DRIVER_RECORDS)
+
+    @staticmethod
+    def _run_on_spark(sc: Any, task: EpochTask, splits: list[tuple], n: int) -> list[dict]:
+        """The epoch as one Spark job: the map side, a shuffle of the routed items into
+        the ``n`` state partitions, and each partition's side (a record-wise stage: a
+        task per split, no shuffle)."""
+        if task.stage.is_recordwise:
+            rdd = sc.parallelize(splits, max(1, len(splits)))
+            return rdd.mapPartitionsWithIndex(task.run_unshuffled).collect()
+        rdd = sc.parallelize(splits, max(1, min(len(splits), 4 * n)))
+        return (rdd.mapPartitions(task.map_splits)
+                .partitionBy(n, _identity)
+                .mapPartitionsWithIndex(task.run_shuffled)
+                .collect())
 
     @staticmethod
     def _outcome(ctx: EpochContext, before: TranslateState, results: list[dict]

@@ -45,6 +45,7 @@ from strata.model.vectorized import VectorError, VectorShape, VectorTranslate, p
 from strata.physical import spark_hash
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
+from strata.physical.small_epochs import fits_driver
 from strata.storage import fs
 from strata.storage.columnar_runs import ColumnarRuns, member, runs_of, unique_keys
 from strata.storage.home import Home, StageLayout
@@ -107,12 +108,6 @@ def vectorized_stage(
                           outputs=outputs, state=st, runnable=runnable, program=program)
 
 
-# small epochs run in the driver below these (session confs; docs/vectorized.md)
-DRIVER_ROWS, DEFAULT_DRIVER_ROWS = "spark.strata.driverEpoch.maxRows", 250_000
-DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES = (
-    "spark.strata.driverEpoch.maxStateBytes", 128 << 20)
-
-
 def with_partition(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
     """``rows`` with the partition each belongs to in ``__p``: Spark's
     ``pmod(hash(keys), n)``, the one its hash partitioning into ``n`` gives."""
@@ -136,24 +131,6 @@ def arrow_enabled(spark: Any) -> bool:
 
 class _NotHere(Exception):  # noqa: N818  (a signal to let Spark do it, not a failure)
     """The driver cannot do this with Arrow: Spark does."""
-
-
-def driver_epoch_rows(ctx: EpochContext) -> int:
-    """``spark.strata.driverEpoch.maxRows``: the most input records a small epoch run in
-    the driver has (-1: none is)."""
-    return _conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
-
-
-def _conf_int(ctx: EpochContext, key: str, default: int) -> int:
-    value = ctx.spark.conf.get(key, None)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise EpochError(f"session conf {key}={value!r} is not a whole number; set it to a "
-                         f"count (default {default})", stage=ctx.stage.name,
-                         epoch=ctx.epoch) from None
 
 
 @dataclass(frozen=True)
@@ -257,8 +234,7 @@ class VectorizedProgram(StageProgram):
         rows = sum(inc.records for flow, _ in self.shape.inputs
                    for inc in ctx.inputs.get(flow, ()))
         state = sum(r.nbytes for rs in runs_of(ctx.committed.state).values() for r in rs)
-        return (rows <= driver_epoch_rows(ctx)
-                and state <= _conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
+        return fits_driver(ctx, rows, state)
 
     def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
         """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``: read

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.physical.vectorized import driver_epoch_rows
+from strata.physical.small_epochs import driver_epoch_rows
 from strata.queries import arrow_step, driver_rows, frames
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator

@@ -42,13 +42,9 @@ from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical import spark_hash
 from strata.physical.program import EpochContext, EpochOutcome
-from strata.physical.vectorized import (
-    DEFAULT_DRIVER_ROWS,
-    VectorizedProgram,
-    VectorState,
-    with_partition,
-)
-from strata.queries import arrow_expr, arrow_step, frames
+from strata.physical.small_epochs import DEFAULT_DRIVER_ROWS
+from strata.physical.vectorized import VectorizedProgram, VectorState, with_partition
+from strata.queries import arrow_expr, arrow_step
 from strata.queries.algebra import GroupBy
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow_lift import aggregate, outside, split_lift
@@ -300,8 +296,9 @@ class VectorQueryProgram(VectorizedProgram):
                 f"then each of the stage's partitions merges it into its columnar state "
                 f"(keyed by {keys}) with Arrow; one Spark job per epoch. A small epoch "
                 f"(spark.strata.driverEpoch.maxRows records, default "
-                f"{DEFAULT_DRIVER_ROWS:,}) reads the increment with Spark and aggregates "
-                f"and merges it in the driver, with no shuffle")
+                f"{DEFAULT_DRIVER_ROWS:,}) reads the increment with pyarrow (Spark when an "
+                f"expression or key type is outside the driver's) and aggregates and "
+                f"merges it in the driver, with no shuffle")
 
     def run(self, ctx: EpochContext) -> EpochOutcome:
         # the groups come out of Spark's aggregation partitioned as the stage needs them:
@@ -338,25 +335,30 @@ class VectorQueryProgram(VectorizedProgram):
         if not files or len(lifts) < len(route.parts):
             return self._spark_driver_rows(ctx)  # Spark computes h
         if arrow_step.enabled(ctx.spark):
-            rows = self._arrow_lifted_rows(files, [arg for _, arg in lifts], ctx.num_partitions)
+            rows = self._arrow_lifted_rows(files, [arg for _, arg in lifts])
             if rows is not None:
-                return self._aggregate(ctx, rows, [f for f, _ in lifts])
+                # hashed per group, not per row: the groups are fewer
+                groups = self._aggregate(ctx, rows, [f for f, _ in lifts])
+                partition = spark_hash.partitions(
+                    [groups[c] for c in self._key_columns()], ctx.num_partitions)
+                if partition is not None:
+                    return groups.append_column("__p", pa.array(partition))
         args = ", ".join(f"{arg} AS __a{i}" for i, (_, arg) in enumerate(lifts))
         rows = with_partition(_scan(ctx, files, route, f"SELECT {', '.join(_key_sql(route))}, "
                                     f"{args} FROM ", ""),
                               self._key_columns(), ctx.num_partitions).toArrow()
         return self._aggregate(ctx, rows, [f for f, _ in lifts])
 
-    def _arrow_lifted_rows(self, files: list[str], args: list[str], n: int
-                           ) -> pa.Table | None:
-        """What Spark reads and projects for an epoch in the driver (keys, ``__p`` and
-        the lifted values ``__a<i>``), computed here with no Spark job: pyarrow reads the
-        increment, :mod:`~strata.queries.arrow_expr` evaluates the route's expressions
-        and :mod:`~strata.physical.spark_hash` gives each group Spark's partition. None
-        when something is outside what they do (Spark does it all then)."""
+    def _arrow_lifted_rows(self, files: list[str], args: list[str]) -> pa.Table | None:
+        """What Spark reads and projects for an epoch in the driver (keys and the lifted
+        values ``__a<i>``; not ``__p``), computed here with no Spark job: pyarrow reads the
+        increment and :mod:`~strata.queries.arrow_expr` evaluates the route's
+        expressions. None when something is outside what it does (Spark does it all
+        then)."""
         route = self.route
         try:
-            flow = read_table(files, parse_ddl(route.flow_ddl), frames.DRIVER_ROWS)
+            # in_driver bounded the increment's records already
+            flow = read_table(files, parse_ddl(route.flow_ddl))
             if flow is None:
                 return None
             if route.where:
@@ -377,21 +379,18 @@ class VectorQueryProgram(VectorizedProgram):
                 typed = value.cast(ARROW_TYPES[t])
                 columns[f"__k{2 * j}"] = pc.fill_null(typed, _PLACEHOLDER_VALUE[t])
                 columns[f"__k{2 * j + 1}"] = pc.is_null(typed)
-            keys = list(columns.values())
             for i, arg in enumerate(args):
                 columns[f"__a{i}"] = arrow_expr.evaluate_all({"v": arg}, rows).column("v")
         except (Unsupported, pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
             return None
-        partition = spark_hash.partitions(keys, n)
-        if partition is None:
-            return None
-        return pa.table({**columns, "__p": partition})
+        return pa.table(columns)
 
     def _aggregate(self, ctx: EpochContext, rows: pa.Table, funcs: list[str]) -> pa.Table:
-        """``rows`` (keys, ``__p`` and each part's lifted value ``__a<i>``) aggregated per
-        group as :meth:`_input_rows`' Spark plan would. Integer sums add as decimals, so
-        one overflowing bigint is an error naming its group, not a wrap-around."""
-        keys = [*self._key_columns(), "__p"]
+        """``rows`` (keys, each part's lifted value ``__a<i>`` and, when Spark read
+        them, ``__p``) aggregated per group as :meth:`_input_rows`' Spark plan would.
+        Integer sums add as decimals, so one overflowing bigint is an error naming its
+        group, not a wrap-around."""
+        keys = [c for c in [*self._key_columns(), "__p"] if c in rows.column_names]
         groups = aggregate(rows, keys, [(f"__a{i}", func) for i, func in enumerate(funcs)])
         parts = {}
         for i, (name, _, _, t) in enumerate(self.route.parts):
