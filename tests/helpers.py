@@ -28,10 +28,16 @@ def epochs_in(spark, where: str) -> Iterator[None]:
     Spark tasks) or ``"driver"`` (in the driver, up to the program's own limits), by the
     session conf that picks; ``"driver-spark"`` runs
     them in the driver with the driver's Arrow evaluation off (Spark reads the increment)."""
-    confs = {DRIVER_ROWS: {"tasks": "-1"}.get(where, str(1 << 40)),
-             ARROW: "false" if where == "driver-spark" else "true"}
-    before = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
+    with session_confs(spark, {DRIVER_ROWS: {"tasks": "-1"}.get(where, str(1 << 40)),
+                               ARROW: "false" if where == "driver-spark" else "true"}):
+        yield
+
+
+@contextmanager
+def session_confs(spark, values: dict[str, str]) -> Iterator[None]:
+    """Session confs ``values`` set for the block, then set back (or unset) as before."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
         spark.conf.set(k, v)
     try:
         yield

@@ -6,7 +6,6 @@ property tests (test_properties.py) check that against the reference executor.""
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 
@@ -15,24 +14,13 @@ from strata.observability.spark_metrics import SparkMetrics
 from strata.physical import translate
 from strata.physical.runner import SparkStageRunner
 from strata.physical.small_epochs import DRIVER_ROWS, DRIVER_STATE_BYTES
-from tests.helpers import increment
-
-
-@contextmanager
-def confs(spark, values: dict[str, str]):
-    for k, v in values.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k in values:
-            spark.conf.unset(k)
+from tests.helpers import increment, session_confs
 
 
 def run(spark, runner, stage, tmp_path, urls: list[str], values: dict[str, str] | None = None):
     """One epoch of ``urls``: (its result, Spark's metrics of it)."""
     inc = increment(tmp_path, stage.inputs[0].flow, [{"url": u} for u in urls])
-    with confs(spark, values or {}), SparkMetrics(spark).measure("epoch") as m:
+    with session_confs(spark, values or {}), SparkMetrics(spark).measure("epoch") as m:
         res = runner.run_epoch(stage, {"urls": inc})
     return res, m
 

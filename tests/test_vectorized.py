@@ -30,7 +30,7 @@ from tests.dataflow_driver import (
     register_by_value,
     run_dataflow,
 )
-from tests.helpers import epochs_in
+from tests.helpers import epochs_in, session_confs
 
 register_by_value(__name__)
 WHERE = st.sampled_from(["tasks", "driver", "driver-spark"])  # where a vectorized epoch runs
@@ -303,14 +303,8 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
     spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(50)]})
     totals = []
     for conf in ({}, {DRIVER_ROWS: "9"}, {DRIVER_STATE_BYTES: "10"}):
-        for k, v in conf.items():
-            spark.conf.set(k, v)
-        try:
-            with metrics.measure("epoch") as m:
-                got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(10)]})
-        finally:
-            for k in conf:
-                spark.conf.unset(k)
+        with session_confs(spark, conf), metrics.measure("epoch") as m:
+            got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(10)]})
         assert m.shuffle_write_records == (10 if conf else 0), (conf, m.to_json())
         totals.append(sorted((r["k"], r["total"]) for r in got["totals"]))
     assert totals == [[(k, 2 + i) for k in range(10)] for i in range(3)]
