@@ -151,6 +151,16 @@ class Route:
         return key
 
 
+def input_route(spec: InputSpec, keytype: str):
+    """``route_by`` of a generated input: ``column`` names the key's column(s) (the key
+    routed from Arrow batches, ``physical/column_route.py``), the others are functions."""
+    if spec.route == "own":
+        return None
+    if spec.route == "column":
+        return {"int": "k", "str": "s"}.get(keytype, ["k", "s"])
+    return Route(spec.route, keytype, spec.all_flows)
+
+
 def stat(kind: str, recs: list[dict]) -> int:
     vs = [r["v"] for r in recs]
     if kind == "count":
@@ -254,7 +264,7 @@ class Translator:
 @dataclass(frozen=True)
 class InputSpec:
     flow: str
-    route: str  # "key" | "set" | "mixed" | "multicast" | "own" (no route_by)
+    route: str  # "key" | "column" | "set" | "mixed" | "multicast" | "own" (no route_by)
     ordered: bool
     stat: str
     all_flows: tuple[str, ...] | None = None
@@ -291,7 +301,7 @@ def build(sources: list[str], specs: list[StageSpec]) -> Dataflow:
         inputs = [
             Input(
                 i.flow,
-                route_by=None if i.route == "own" else Route(i.route, spec.keytype, i.all_flows),
+                route_by=input_route(i, spec.keytype),
                 order_by=full_order if i.ordered else None,
             )
             for i in spec.inputs
@@ -354,7 +364,7 @@ def stage_specs(draw, name: str, available: list[str], first: list[str] | None =
     loop = draw(st.integers(0, 2)) == 0 if loop is None else loop
     names = flows + ([f"{name}loop"] if loop else [])
     recordwise = not stateful and not multicast and draw(st.integers(0, 3)) == 0
-    routes = ["own"] if recordwise else ["key", "set", "mixed", "multicast", "own"]
+    routes = ["own"] if recordwise else ["key", "column", "set", "mixed", "multicast", "own"]
     inputs = [draw(input_specs(f, routes, names, stateful)) for f in flows]
     if multicast:
         inputs[0] = draw(input_specs(flows[0], ["multicast"], names, stateful))

@@ -50,7 +50,10 @@ class Emitter:
 
     def state(self, record: dict) -> None:
         """Keep ``record`` in state (routed by the state's route_by)."""
-        self.write(STATE, record)
+        if self._stateful:
+            self.state_writes.append(record)
+        else:
+            self.write(STATE, record)  # raises UnknownOutput
 
     def associate(self, key: Any, address: Any) -> None:
         """Make ``key`` a destination of ``Multicast(address)`` records next epoch."""

@@ -1,9 +1,9 @@
 """What crosses the Spark shuffle of a translate stage's epoch.
 
 The map side sends each item to the partition that owns it, and the task of that
-partition groups them (``tasks.py``). Every item is a plain tuple whose first element
-names its kind; the layouts below are the only place they are defined, and the code
-builds and unpacks them by these names:
+partition groups them (``tasks.py``, ``partition_run.py``). Every item is a plain tuple
+whose first element names its kind; the layouts below are the only place they are
+defined, and the code builds and unpacks them by these names:
 
 =================  ===========================================  ==============================
 kind               layout                                       what it carries
@@ -16,6 +16,10 @@ kind               layout                                       what it carries
                                                                 flows ``only``)
 ``MULTICAST``      ``(MULTICAST, flow, address, record)``       an input record for the groups
                                                                 associated with ``address``
+``KEYED_BATCH``    ``(KEYED_BATCH, flow, column, ipc)``         input records for groups of
+                                                                this partition, keyed by the
+                                                                value of ``column``: an Arrow
+                                                                IPC stream (``column_route.py``)
 ``UNKEYED``        ``(UNKEYED, flow, record)``                  an input record that is a
                                                                 group of its own
 ``PENDING_STATE``  ``(PENDING_STATE, enc, key, record)``        a state record written for a
@@ -44,6 +48,7 @@ import pickle
 from typing import Any
 
 KEYED = "K"
+KEYED_BATCH = "C"
 BROADCAST = "B"
 MULTICAST = "M"
 UNKEYED = "R"

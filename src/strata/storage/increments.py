@@ -50,7 +50,16 @@ def iter_records(uri: str, batch_size: int = 65536) -> Iterator[dict]:
 def iter_batches(
     uri: str, batch_size: int = 65536, part: int = 0, parts: int = 1
 ) -> Iterator[list[dict]]:
-    """Stream a Parquet file's records in lists of at most ``batch_size``.
+    """Stream a Parquet file's records in lists of at most ``batch_size`` (slice ``part`` of
+    ``parts``, as :func:`iter_arrow_batches`)."""
+    for batch in iter_arrow_batches(uri, batch_size, part, parts):
+        yield records_of(batch)
+
+
+def iter_arrow_batches(
+    uri: str, batch_size: int = 65536, part: int = 0, parts: int = 1
+) -> Iterator[pa.RecordBatch]:
+    """Stream a Parquet file's rows in Arrow batches of at most ``batch_size``.
 
     With ``parts > 1``, only slice ``part`` of ``parts``: rows ``[part * n // parts,
     (part + 1) * n // parts)`` of the file's ``n`` rows (row groups outside it are skipped),
@@ -60,8 +69,7 @@ def iter_batches(
     with fs.open_input_file(path) as f:
         pf = pq.ParquetFile(f)
         if parts == 1:
-            for batch in pf.iter_batches(batch_size=batch_size):
-                yield records_of(batch)
+            yield from pf.iter_batches(batch_size=batch_size)
             return
         meta = pf.metadata
         lo, hi = part * meta.num_rows // parts, (part + 1) * meta.num_rows // parts
@@ -77,7 +85,7 @@ def iter_batches(
         for batch in pf.iter_batches(batch_size=batch_size, row_groups=groups):
             a, b = max(lo - pos, 0), min(hi - pos, batch.num_rows)
             if b > a:
-                yield records_of(batch.slice(a, b - a))
+                yield batch.slice(a, b - a)
             pos += batch.num_rows
 
 

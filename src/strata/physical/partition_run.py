@@ -1,0 +1,373 @@
+"""The per-partition side of a translate epoch: what task ``p`` does after the shuffle.
+
+It groups the partition's items by key with one list per input flow, fetches the
+partition's state from its own files (direct mode; the state is never shuffled), calls
+``translate`` per group and writes the output increments, the new state run and the
+records bound for other partitions ("pending") as new, uniquely named files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from strata.model.dataflow import STATE
+from strata.model.emitter import Emitter
+from strata.model.errors import EpochError, RouteError, SchemaError
+from strata.model.invoke import call_translate
+from strata.model.keys import encode_key, partition_of
+from strata.model.route_eval import BadRoute, sort_by, state_key
+from strata.model.schema import records_of, to_table
+from strata.physical.column_route import add_rows
+from strata.physical.fusion import apply_chain
+from strata.physical.records import (
+    ASSOCIATION,
+    BROADCAST,
+    FAILURE,
+    KEYED,
+    KEYED_BATCH,
+    MULTICAST,
+    PENDING_STATE,
+    STORED_STATE,
+    UNKEYED,
+    dump_pending,
+)
+from strata.storage import fs
+from strata.storage.direct_columns import DirectColumns
+from strata.storage.increments import write_table
+from strata.storage.partition_store import PartitionStore, RunInfo
+
+if TYPE_CHECKING:
+    from strata.physical.tasks import EpochTask
+
+# key types whose equality is encoding equality (not float: 0.0 == -0.0)
+_EXACT_KEYS = (str, int, bytes, bool)
+
+
+class PartitionRun:
+    """One task's work on partition ``p`` of one epoch."""
+
+    def __init__(self, task: EpochTask, p: int) -> None:
+        self.t, self.p = task, p
+        self.stage = task.stage
+        self.flows = task.stage.input_names
+        self.out = Emitter(task.stage)
+        # (end index in the output buffer, key) per flow, to name the key of a bad record
+        self.bounds: dict[str, list[tuple[int, Any]]] = {f: [] for f in self.out.outputs}
+        self.buffers = [(buf, self.bounds[f]) for f, buf in self.out.outputs.items()]
+        # (record, calling key, its encoding): the encoding is None for record-wise calls
+        self.state_written: list[tuple[dict, Any, bytes | None]] = []
+        self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
+        self.remote: list[tuple] = []  # state records bound for other partitions
+        self.assoc: list[tuple] = []
+        self.store: DirectColumns | PartitionStore | None = None
+        self.compaction_read = 0  # of store.bytes_read: read to merge runs
+        # per-flow functions, looked up once rather than once per key
+        self.state_order = task.stage.state.order if task.stage.state else None
+        self.state_route = task.stage.state.route if task.stage.state else None
+        route_by = task.stage.state.route_by if task.stage.state else None
+        self.state_field = route_by if isinstance(route_by, str) else None
+        self.orders = [(inp.flow_name, inp.order) for inp in task.stage.inputs]
+        self.unordered = self.state_order is None and all(o is None for _, o in self.orders)
+
+    def _err(self, cls, detail: str, **kw) -> EpochError:
+        return cls(detail, stage=self.stage.name, epoch=self.t.epoch, **kw)
+
+    # -- collecting ---------------------------------------------------------------
+    def run(self, items: Iterable[Any]) -> dict:
+        nf = len(self.flows)
+        groups: dict[bytes, list] = {}
+        bcast: list[list] = [[] for _ in range(nf)]
+        mcast: dict[bytes, list] = {}
+        own: list[tuple[int, dict]] = []
+        pending: dict[bytes, list] = {}
+        assoc: dict[bytes, dict[bytes, Any]] = {}
+        bbstate: dict[bytes, list] = {}
+
+        def records_for(fi: int, key: Any) -> list:
+            """The records of flow ``fi`` in the group of ``key``."""
+            enc = encode_key(key)
+            g = groups.get(enc)
+            if g is None:
+                g = groups[enc] = [key, [[] for _ in range(nf)]]
+            return g[1][fi]
+
+        for item in items:  # the layouts are in records.py
+            kind = item[0]
+            if kind == KEYED:
+                _, fi, enc, key, rec = item
+                g = groups.get(enc)
+                if g is None:
+                    g = groups[enc] = [key, [[] for _ in range(nf)]]
+                g[1][fi].append(rec)
+            elif kind == KEYED_BATCH:
+                _, fi, column, data = item
+                add_rows(data, column, partial(records_for, fi))
+            elif kind == BROADCAST:
+                _, fi, only, rec = item
+                bcast[fi].append((rec, only))
+            elif kind == MULTICAST:
+                _, fi, address, rec = item
+                mcast.setdefault(address, []).append((fi, rec))
+            elif kind == UNKEYED:
+                _, fi, rec = item
+                own.append((fi, rec))
+            elif kind == PENDING_STATE:
+                _, enc, key, rec = item
+                pending.setdefault(enc, [key, []])[1].append(rec)
+            elif kind == ASSOCIATION:
+                _, address, enc, key = item
+                assoc.setdefault(address, {})[enc] = key
+            elif kind == STORED_STATE:
+                _, enc, key, rec = item
+                bbstate.setdefault(enc, [key, []])[1].append(rec)
+            elif kind == FAILURE:
+                raise EpochError.from_dict(item[1])
+        for addr, recs in mcast.items():
+            for enc, key in assoc.get(addr, {}).items():
+                g = groups.get(enc)
+                if g is None:
+                    g = groups[enc] = [key, [[] for _ in range(nf)]]
+                for fi, rec in recs:
+                    g[1][fi].append(rec)
+        return self._translate_all(groups, bcast, own, pending, bbstate)
+
+    # -- state access and translate -----------------------------------------------------
+    def _translate_all(self, groups, bcast, own, pending, bbstate) -> dict:
+        t, st = self.t, self.stage.state
+        grouping = st.grouping if st is not None else None
+        stored: dict[bytes, tuple[Any, list]] = {}
+        if st is not None and t.mode == "direct":
+            self.store = t.open_store(self.p)
+            if grouping == "outer":
+                stored = self.store.live()
+            else:
+                wanted = {enc: g[0] for enc, g in groups.items()}
+                wanted.update((enc, kv[0]) for enc, kv in pending.items())
+                stored = self.store.lookup(wanted)
+        elif st is not None:
+            stored = {enc: (kv[0], kv[1]) for enc, kv in bbstate.items()}
+        state_of = dict(stored)
+        for enc, (key, recs) in pending.items():
+            old = state_of.get(enc)
+            state_of[enc] = (key, (old[1] + recs) if old else recs)
+
+        called = list(groups)
+        if grouping == "outer":
+            called += [enc for enc in state_of if enc not in groups]
+        empty: list = [[] for _ in self.flows]
+        self.broadcasts = any(bcast)
+        for enc in called:
+            g = groups.get(enc)
+            s = state_of.get(enc)
+            key = g[0] if g is not None else state_of[enc][0]
+            per_flow = g[1] if g is not None else empty
+            self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
+        for fi, rec in own:
+            per_flow = [[] for _ in self.flows]
+            per_flow[fi] = [rec]
+            self._call(None, None, [], per_flow, bcast=None, state_of=None, groups=None)
+        return self._finish(set(called), stored, pending)
+
+    def _call(self, enc, key, state_recs, per_flow, bcast, state_of, groups) -> None:
+        stage, out = self.stage, self.out
+        args: list[Iterator] = []
+        if self.unordered and not (bcast and self.broadcasts):
+            # the common case: no order_by and no broadcast records to add
+            if stage.state is not None:
+                args.append(iter(state_recs))
+            args += map(iter, per_flow)
+        else:
+            try:
+                self._ordered_args(args, enc, state_recs, per_flow, bcast, state_of, groups)
+            except BadRoute as e:
+                raise self._err(RouteError, str(e), flow=e.args[1], key=key, has_key=True
+                                ) from None
+        call_translate(stage, self.t.epoch, key, args, out, group=per_flow)
+        for buf, b in self.buffers:
+            if len(buf) != (b[-1][0] if b else 0):
+                b.append((len(buf), key))
+        writes, assoc = out.take_state_and_associations()
+        for rec in writes:
+            self.state_written.append((rec, key, enc))
+        for akey, address in assoc:
+            self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey), akey))
+
+    def _ordered_args(self, args, enc, state_recs, per_flow, bcast, state_of, groups) -> None:
+        """Translate's arguments with broadcast records added and ``order_by`` applied;
+        a failing ``order_by`` raises ``BadRoute(message, flow)``."""
+        flow = STATE
+        try:
+            if self.stage.state is not None:
+                order = self.state_order
+                args.append(iter(state_recs if order is None else sort_by(order, state_recs)))
+            for fi, (flow, order) in enumerate(self.orders):  # noqa: B007 (flow names errors)
+                recs = per_flow[fi]
+                if bcast is not None and bcast[fi]:  # one shared copy per partition
+                    recs = recs + [
+                        r for r, only in bcast[fi]
+                        if only is None or _present(only, enc, groups, state_of, self.flows)
+                    ]
+                args.append(iter(recs if order is None else sort_by(order, recs)))
+        except BadRoute as e:
+            raise BadRoute(str(e), flow) from None
+
+    # -- writing ---------------------------------------------------------------------
+    def _finish(self, called: set, stored: dict, pending: dict) -> dict:
+        t, p, st = self.t, self.p, self.stage.state
+        result: dict[str, Any] = {"partition": p, "outputs": {}, "keys_called": len(called)}
+        for name, buf in self.out.outputs.items():
+            if buf:
+                table = self._table(name, buf, self.stage[name].schema)
+                chain = t.fusion.post.get(name)
+                if chain:  # record-wise stages fused after this output
+                    buf = apply_chain(chain, records_of(table), t.epoch)
+                    table = to_table(buf, chain[-1][chain[-1].output_names[0]].schema)
+                    name = t.fusion.tail(name)
+                if buf:
+                    uri = t.output_uri(name, p)
+                    result["outputs"][name] = (uri, len(buf), write_table(uri, table))
+        if st is not None:
+            self._place_state(st.arrow_schema)
+            if t.mode == "blackbox":
+                if st.grouping == "inner":  # carry the unread state forward
+                    for enc, (key, recs) in stored.items():
+                        if enc not in called:
+                            mine = self.local.get(enc)
+                            self.local[enc] = [key, list(recs) + (mine[1] if mine else [])]
+                recs = [r for _, rs in self.local.values() for r in rs]
+                if recs:
+                    uri = t._file(t.layout.blackbox_dir, p, "parquet")
+                    write_table(uri, to_table(recs, st.arrow_schema))
+                    result["blackbox"] = uri
+            else:
+                result["runs"] = [r.to_json() for r in self._write_direct(called, stored, pending)]
+                assert self.store is not None  # direct mode with state opened it
+                result["state_bytes_read"] = self.store.bytes_read
+                result["state_bytes_compaction_read"] = self.compaction_read
+        if self.remote or self.assoc:
+            uri = t._file(t.layout.pending_dir, p, "pkl")
+            fs.write_bytes_atomic(uri, dump_pending(self.remote + self.assoc))
+            result["pending"] = uri
+        return result
+
+    def _write_direct(self, called: set, stored: dict, pending: dict) -> list[RunInfo]:
+        t, store, st = self.t, self.store, self.stage.state
+        assert store is not None and st is not None  # direct mode, a stage with state
+        run_id = f"e{t.epoch:08d}-{t.token}"
+        if st.grouping == "outer":
+            entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
+            return [store.write_run(run_id, entries)] if entries else []
+        entries = []
+        for enc in called:  # translate saw these keys: their state is what it wrote
+            if enc in self.local:
+                entries.append((enc, *self.local[enc]))
+            elif enc in stored:
+                entries.append((enc, stored[enc][0], []))  # tombstone
+        carry = (set(self.local) | set(pending)) - called
+        if carry:  # not called: old state + pending + what others wrote to it
+            old = store.lookup({enc: (self.local.get(enc) or pending[enc])[0]
+                                for enc in carry - set(stored)})
+            old.update({e: stored[e] for e in carry if e in stored})
+            for enc in carry:
+                key = (self.local.get(enc) or pending.get(enc) or old[enc])[0]
+                recs = (old[enc][1] if enc in old else []) + (
+                    pending[enc][1] if enc in pending else []) + (
+                    self.local[enc][1] if enc in self.local else [])
+                entries.append((enc, key, recs))
+        runs = list(t.runs.get(self.p, []))
+        if entries:
+            runs.append(store.write_run(run_id, entries))
+        before = store.bytes_read
+        runs = store.maybe_compact(run_id + "-c", runs, max_runs=t.max_runs)
+        self.compaction_read = store.bytes_read - before
+        return runs
+
+    def _table(self, flow: str, records: list, schema):
+        res = to_table(records, schema)
+        if isinstance(res, tuple):
+            i, rec, why = res
+            key = next((k for end, k in self.bounds.get(flow, []) if i < end), None)
+            raise self._err(SchemaError, why, flow=flow, key=key, has_key=True, record=rec,
+                            has_record=True)
+        return res
+
+    def _exact_key_type(self) -> type | None:
+        """The Python type of the state's key column when direct mode keeps it in columnar
+        runs keyed by that column (``storage/direct_columns.py``); else None."""
+        spec, field = self.t.store, self.state_field
+        if (field is None or self.t.mode != "direct" or spec.format != "columns"
+                or spec.column != field):
+            return None
+        kind = spec.arrow_schema.field(field).type
+        for test, python in ((pa.types.is_boolean, bool), (pa.types.is_integer, int),
+                             (pa.types.is_string, str), (pa.types.is_large_string, str),
+                             (pa.types.is_binary, bytes), (pa.types.is_large_binary, bytes)):
+            if test(kind):
+                return python
+        return None
+
+    def _place_state(self, schema) -> None:
+        """Check the epoch's state writes against the schema, then file each record (as
+        the schema makes it) under its own key: here, or bound for another partition."""
+        if not self.state_written:
+            return
+        res = to_table([r for r, _, _ in self.state_written], schema)
+        if isinstance(res, tuple):
+            i, rec, why = res
+            raise self._err(SchemaError, why, flow=STATE, key=self.state_written[i][1],
+                            has_key=True, record=rec, has_record=True)
+        anywhere = self.t.mode == "blackbox"  # black-box re-shuffles all state anyway
+        field, exact = self.state_field, self._exact_key_type()
+        written = self.state_written
+        if exact is not None:
+            # Columnar runs convert records to the schema's types when they are written,
+            # so a record kept here under its own key column need not be converted back
+            # first; the others (bound elsewhere, or keyed otherwise) are, as below.
+            misplaced = []
+            for i, (rec, key, enc) in enumerate(written):
+                v = rec[field]
+                if type(v) is exact and type(key) is exact and v == key and enc is not None:
+                    self.local.setdefault(enc, [v, []])[1].append(rec)
+                else:
+                    misplaced.append(i)
+            if not misplaced:
+                return
+            normalized = records_of(res.take(misplaced))
+            written = [(rec, *written[i][1:]) for rec, i in zip(normalized, misplaced,
+                                                                 strict=True)]
+            field = None
+        else:
+            written = [(rec, *w[1:]) for rec, w in zip(records_of(res), written, strict=True)]
+        for rec, key, enc in written:
+            if field is not None and enc is not None:
+                v = rec[field]
+                if type(v) is type(key) and type(v) in _EXACT_KEYS and v == key:
+                    # state for the calling key: its encoding is known, its partition is p.
+                    # The key is the record's own value: pickled once with it (indexed store)
+                    self.local.setdefault(enc, [v, []])[1].append(rec)
+                    continue
+            try:
+                senc, skey = state_key(self.state_route, rec)
+            except BadRoute as e:
+                raise self._err(RouteError, str(e), flow=STATE, key=key, record=rec,
+                                has_key=True, has_record=True) from None
+            if anywhere or partition_of(senc, self.t.num_partitions) == self.p:
+                self.local.setdefault(senc, [skey, []])[1].append(rec)
+            else:
+                self.remote.append((PENDING_STATE, senc, skey, rec))
+
+
+def _present(only, enc, groups, state_of, flows) -> bool:
+    """Does group ``enc`` have records in one of the flows a broadcast is limited to?"""
+    g = groups.get(enc) if groups is not None else None
+    for f in only:
+        if f == STATE:
+            if state_of and enc in state_of:
+                return True
+        elif g is not None and f in flows and g[1][flows.index(f)]:
+            return True
+    return False
