@@ -120,8 +120,9 @@ class DirectColumns:
             pairs: Iterator[tuple[bytes, Any, dict]] = (
                 (enc, None, rec) for enc, rec in zip(encs, records, strict=True))
         else:
-            column, records = self.column, records_of(table)
-            pairs = ((encode_key(rec[column]), rec[column], rec) for rec in records)
+            keys = table.column(self.column).to_pylist()
+            pairs = ((encode_key(key), key, rec)
+                     for key, rec in zip(keys, records_of(table), strict=True))
         for enc, key, rec in pairs:
             if wanted is not None and enc not in wanted:
                 continue  # the column matched a key of another type (1 and True)
