@@ -61,6 +61,7 @@ class PartitionRun:
         # (record, calling key, its encoding): the encoding is None for record-wise calls
         self.state_written: list[tuple[dict, Any, bytes | None]] = []
         self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
+        self.local_table: pa.Table | None = None  # self.local's records, when all are in it
         self.remote: list[tuple] = []  # state records bound for other partitions
         self.assoc: list[tuple] = []
         self.store: DirectColumns | PartitionStore | None = None
@@ -258,16 +259,28 @@ class PartitionRun:
         t, store, st = self.t, self.store, self.stage.state
         assert store is not None and st is not None  # direct mode, a stage with state
         run_id = f"e{t.epoch:08d}-{t.token}"
+        written = self.local_table  # the records of self.local as one table, if known
         if st.grouping == "outer":
+            if written is not None and isinstance(store, DirectColumns):
+                return [store.write_table(run_id, written)]
             entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
             return [store.write_run(run_id, entries)] if entries else []
         entries = []
+        dead: list[tuple[bytes, Any, list]] = []
         for enc in called:  # translate saw these keys: their state is what it wrote
             if enc in self.local:
                 entries.append((enc, *self.local[enc]))
             elif enc in stored:
-                entries.append((enc, stored[enc][0], []))  # tombstone
+                dead.append((enc, stored[enc][0], []))  # tombstone
         carry = (set(self.local) | set(pending)) - called
+        runs = list(t.runs.get(self.p, []))
+        if written is not None and not carry and isinstance(store, DirectColumns):
+            if written.num_rows or dead:
+                runs.append(store.write_table(run_id, written, [e[:2] for e in dead]))
+            carry = set()
+            entries = []
+        else:
+            entries += dead
         if carry:  # not called: old state + pending + what others wrote to it
             old = store.lookup({enc: (self.local.get(enc) or pending[enc])[0]
                                 for enc in carry - set(stored)})
@@ -278,7 +291,6 @@ class PartitionRun:
                     pending[enc][1] if enc in pending else []) + (
                     self.local[enc][1] if enc in self.local else [])
                 entries.append((enc, key, recs))
-        runs = list(t.runs.get(self.p, []))
         if entries:
             runs.append(store.write_run(run_id, entries))
         before = store.bytes_read
@@ -334,7 +346,8 @@ class PartitionRun:
                     self.local.setdefault(enc, [v, []])[1].append(rec)
                 else:
                     misplaced.append(i)
-            if not misplaced:
+            if not misplaced:  # every record kept under its calling key: res is self.local
+                self.local_table = res
                 return
             normalized = records_of(res.take(misplaced))
             written = [(rec, *written[i][1:]) for rec, i in zip(normalized, misplaced,

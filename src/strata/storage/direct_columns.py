@@ -168,6 +168,13 @@ class DirectColumns:
             table = table.append_column(ENC, pa.array(encs, pa.binary()))
         return self.store.write_run(run_id, table, self._keys_table(dead) if dead else None)
 
+    def write_table(self, run_id: str, live: pa.Table, dead: Sequence[tuple[bytes, Any]] = ()
+                    ) -> RunInfo:
+        """A new run of the records of ``live`` (already of the state schema) and tombstones
+        for the ``(enc, key)`` pairs in ``dead``; only for a store keyed by its key column."""
+        assert self.column is not None, "an __enc-keyed store needs write_run"
+        return self.store.write_run(run_id, live, self._keys_table(dead) if dead else None)
+
     def maybe_compact(self, run_id: str, runs: Sequence[RunInfo], *, max_runs: int = 8
                       ) -> list[RunInfo]:
         """The run list to commit in place of ``runs`` (see ``ColumnarRuns``)."""
