@@ -161,12 +161,15 @@ class PartitionRun:
             called += [enc for enc in state_of if enc not in groups]
         empty: list = [[] for _ in self.flows]
         self.broadcasts = any(bcast)
-        for enc in called:
-            g = groups.get(enc)
-            s = state_of.get(enc)
-            key = g[0] if g is not None else state_of[enc][0]
-            per_flow = g[1] if g is not None else empty
-            self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
+        if self.unordered and not self.broadcasts:
+            self._call_plainly(called, groups, state_of)
+        else:
+            for enc in called:
+                g = groups.get(enc)
+                s = state_of.get(enc)
+                key = g[0] if g is not None else state_of[enc][0]
+                per_flow = g[1] if g is not None else empty
+                self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
         for fi, rec in own:
             per_flow = [[] for _ in self.flows]
             per_flow[fi] = [rec]
@@ -196,6 +199,33 @@ class PartitionRun:
             self.state_written.append((rec, key, enc))
         for akey, address in assoc:
             self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey), akey))
+
+    def _call_plainly(self, called: list[bytes], groups: dict, state_of: dict) -> None:
+        """:meth:`_call` for each key of ``called`` in the common case — no ``order_by``,
+        no broadcast records — with the per-call lookups hoisted out of the loop: outer
+        grouping makes one call per stored key, so this loop is the epoch's hot path."""
+        stage, out, epoch = self.stage, self.out, self.t.epoch
+        stateful = stage.state is not None
+        buffers, written = self.buffers, self.state_written
+        empty: list = [[] for _ in self.flows]
+        for enc in called:
+            g = groups.get(enc)
+            s = state_of.get(enc)
+            key, per_flow = (state_of[enc][0], empty) if g is None else g
+            args: list[Iterator] = [iter(s[1] if s else ())] if stateful else []
+            args += map(iter, per_flow)
+            call_translate(stage, epoch, key, args, out, group=per_flow)
+            for buf, b in buffers:
+                if len(buf) != (b[-1][0] if b else 0):
+                    b.append((len(buf), key))
+            if out.state_writes:
+                for rec in out.state_writes:
+                    written.append((rec, key, enc))
+                out.state_writes = []
+            if out.associations:
+                for akey, address in out.take_state_and_associations()[1]:
+                    self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey),
+                                       akey))
 
     def _ordered_args(self, args, enc, state_recs, per_flow, bcast, state_of, groups) -> None:
         """Translate's arguments with broadcast records added and ``order_by`` applied;
