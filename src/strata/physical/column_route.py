@@ -16,14 +16,13 @@ path (``docs/architecture.md``, "The shuffle of a translate epoch").
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from strata.model.keys import encode_key
+from strata.model.keys import encode_key, partition_of
 from strata.model.schema import records_of
 
 _ROUTABLE = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer)
@@ -49,7 +48,7 @@ def split_by_partition(batch: pa.RecordBatch, column: str, num_partitions: int
         yield 0, to_ipc(batch)
         return
     keys = batch.column(column).to_pylist()
-    owner = np.fromiter((zlib.crc32(encode_key(k)) % num_partitions for k in keys),
+    owner = np.fromiter((partition_of(encode_key(k), num_partitions) for k in keys),
                         dtype=np.int64, count=len(keys))
     for p in np.unique(owner).tolist():
         rows = np.flatnonzero(owner == p)

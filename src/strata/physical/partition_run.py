@@ -8,7 +8,7 @@ records bound for other partitions ("pending") as new, uniquely named files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -161,61 +161,44 @@ class PartitionRun:
             called += [enc for enc in state_of if enc not in groups]
         empty: list = [[] for _ in self.flows]
         self.broadcasts = any(bcast)
-        if self.unordered and not self.broadcasts:
-            self._call_plainly(called, groups, state_of)
-        else:
+
+        def keyed() -> Iterator[tuple]:
             for enc in called:
                 g = groups.get(enc)
                 s = state_of.get(enc)
-                key = g[0] if g is not None else state_of[enc][0]
-                per_flow = g[1] if g is not None else empty
-                self._call(enc, key, s[1] if s else [], per_flow, bcast, state_of, groups)
-        for fi, rec in own:
-            per_flow = [[] for _ in self.flows]
-            per_flow[fi] = [rec]
-            self._call(None, None, [], per_flow, bcast=None, state_of=None, groups=None)
+                key, per_flow = (state_of[enc][0], empty) if g is None else g
+                yield enc, key, s[1] if s else (), per_flow
+
+        plain = self.unordered and not self.broadcasts
+        self._call_each(keyed(), None if plain else partial(self._args, bcast, state_of, groups))
+
+        def own_calls() -> Iterator[tuple]:  # record-wise: each record a group of its own
+            for fi, rec in own:
+                per_flow: list[list] = [[] for _ in self.flows]
+                per_flow[fi] = [rec]
+                yield None, None, (), per_flow
+
+        self._call_each(own_calls(), None if self.unordered
+                        else partial(self._args, None, None, None))
         return self._finish(set(called), stored, pending)
 
-    def _call(self, enc, key, state_recs, per_flow, bcast, state_of, groups) -> None:
-        stage, out = self.stage, self.out
-        args: list[Iterator] = []
-        if self.unordered and not (bcast and self.broadcasts):
-            # the common case: no order_by and no broadcast records to add
-            if stage.state is not None:
-                args.append(iter(state_recs))
-            args += map(iter, per_flow)
-        else:
-            try:
-                self._ordered_args(args, enc, state_recs, per_flow, bcast, state_of, groups)
-            except BadRoute as e:
-                raise self._err(RouteError, str(e), flow=e.args[1], key=key, has_key=True
-                                ) from None
-        call_translate(stage, self.t.epoch, key, args, out, group=per_flow)
-        for buf, b in self.buffers:
-            if len(buf) != (b[-1][0] if b else 0):
-                b.append((len(buf), key))
-        writes, assoc = out.take_state_and_associations()
-        for rec in writes:
-            self.state_written.append((rec, key, enc))
-        for akey, address in assoc:
-            self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey), akey))
-
-    def _call_plainly(self, called: list[bytes], groups: dict, state_of: dict) -> None:
-        """:meth:`_call` for each key of ``called`` in the common case — no ``order_by``,
-        no broadcast records — with the per-call lookups hoisted out of the loop: outer
-        grouping makes one call per stored key, so this loop is the epoch's hot path."""
+    def _call_each(self, calls: Iterable[tuple], args_of: Callable[..., list] | None) -> None:
+        """Call translate for each ``(enc, key, state records, records per flow)`` of
+        ``calls`` and collect what it wrote. ``args_of(enc, key, state records, records per
+        flow)`` makes its arguments; None: the common case, no ``order_by`` and no broadcast
+        records, built inline. Outer grouping makes one call per stored key, so this loop,
+        with its lookups hoisted, is the epoch's hot path."""
         stage, out, epoch = self.stage, self.out, self.t.epoch
         stateful = stage.state is not None
         buffers, written = self.buffers, self.state_written
-        empty: list = [[] for _ in self.flows]
-        for enc in called:
-            g = groups.get(enc)
-            s = state_of.get(enc)
-            key, per_flow = (state_of[enc][0], empty) if g is None else g
-            args: list[Iterator] = [iter(s[1] if s else ())] if stateful else []
-            args += map(iter, per_flow)
+        for enc, key, state_recs, per_flow in calls:
+            if args_of is None:
+                args: list[Iterator] = [iter(state_recs)] if stateful else []
+                args += map(iter, per_flow)
+            else:
+                args = args_of(enc, key, state_recs, per_flow)
             call_translate(stage, epoch, key, args, out, group=per_flow)
-            for buf, b in buffers:
+            for buf, b in buffers:  # (end index, key) to name the key of a bad record
                 if len(buf) != (b[-1][0] if b else 0):
                     b.append((len(buf), key))
             if out.state_writes:
@@ -226,6 +209,17 @@ class PartitionRun:
                 for akey, address in out.take_state_and_associations()[1]:
                     self.assoc.append((ASSOCIATION, encode_key(address), encode_key(akey),
                                        akey))
+
+    def _args(self, bcast, state_of, groups, enc, key, state_recs, per_flow) -> list[Iterator]:
+        """Translate's arguments with broadcast records added and ``order_by`` applied; a
+        failing ``order_by`` is a RouteError naming the flow and key."""
+        args: list[Iterator] = []
+        try:
+            self._ordered_args(args, enc, state_recs, per_flow, bcast, state_of, groups)
+        except BadRoute as e:
+            raise self._err(RouteError, str(e), flow=e.args[1], key=key, has_key=True
+                            ) from None
+        return args
 
     def _ordered_args(self, args, enc, state_recs, per_flow, bcast, state_of, groups) -> None:
         """Translate's arguments with broadcast records added and ``order_by`` applied;

@@ -77,7 +77,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-
 @dataclass
 class EpochTask:
     """Everything a task needs to run its part of one stage epoch (shipped by pickle)."""
