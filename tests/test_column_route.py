@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from strata.model import Dataflow, Input, State
-from strata.model.keys import encode_key, partition_of
+from strata.model.keys import encode_column, encode_key, partition_of, partitions_of
 from strata.observability.spark_metrics import SparkMetrics
-from strata.physical.column_route import add_rows, route_column, split_by_partition
+from strata.physical.column_route import keyed_rows, route_column, split_by_partition
 from strata.physical.runner import SparkStageRunner
 from tests.helpers import epochs_in, increment
 
@@ -22,10 +22,10 @@ def test_rows_go_to_the_partition_of_their_key_in_order():
     batch = pa.record_batch({"url": keys, "i": list(range(len(keys)))})
     seen: dict[int, list[tuple]] = {}
     for p, data in split_by_partition(batch, "url", 3):
-        groups: dict = {}
-        add_rows(data, "url", lambda key, groups=groups: groups.setdefault(key, []))
-        assert all(partition_of(encode_key(k), 3) == p for k in groups)
-        seen[p] = [(k, r["i"]) for k, rs in groups.items() for r in rs]
+        rows = list(keyed_rows(data, "url"))
+        assert all(enc == encode_key(k) and partition_of(enc, 3) == p for enc, k, _ in rows)
+        assert all(r == {"url": k, "i": r["i"]} for _, k, r in rows)
+        seen[p] = [(k, r["i"]) for _, k, r in rows]
     assert len(seen) == 3  # the keys fall in all three partitions
     assert sorted(i for part in seen.values() for _, i in part) == list(range(len(keys)))
     assert all(keys[i] == k for part in seen.values() for k, i in part)
@@ -33,6 +33,25 @@ def test_rows_go_to_the_partition_of_their_key_in_order():
         for key in {k for k, _ in part}:
             order = [i for k, i in part if k == key]
             assert order == sorted(order)
+
+
+@pytest.mark.parametrize("values", [
+    pa.array(["a", "", "é😀x", "s" * 300]),
+    pa.array(["a", "b"], pa.large_string()),
+    pa.chunked_array([["x"], [], ["y", "z"]]),
+    pa.array([0, -5, 2**63 - 1, -(2**63)]),
+    pa.array([7, 2**64 - 1], pa.uint64()),
+    pa.array([3, -3], pa.int8()),
+    pa.array([1, None]),  # nulls, floats and booleans take the per-value path
+    pa.array([1.5, -0.0]),
+    pa.array([True, False]),
+    pa.array([], pa.string()),
+])
+def test_a_column_encodes_and_partitions_as_its_keys_one_by_one(values):
+    encs = encode_column(values)
+    assert encs == [encode_key(v) for v in values.to_pylist()]
+    for n in (1, 2, 7):
+        assert partitions_of(encs, n).tolist() == [partition_of(e, n) for e in encs]
 
 
 def test_only_string_and_integer_columns_route_as_batches():

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata.model.keys import encode_key
+from strata.model.schema import records_of
 from strata.storage.direct_columns import DirectColumns, StoreSpec, key_column
 from strata.storage.partition_store import PartitionStore, RunInfo
 
@@ -106,6 +107,23 @@ def test_spec_round_trips_and_reads_from_files_alone(tmp_path):
     assert list(again.open(str(tmp_path), 2, [run]).scan()) == [(b"sx", "x", [rec])]
     assert isinstance(StoreSpec.for_state("indexed", schema, "k").open(str(tmp_path), 0, []),
                       PartitionStore)
+
+
+_MAP = pa.map_(pa.string(), pa.int64())
+
+
+@pytest.mark.parametrize(("kind", "cell", "record"), [
+    (_MAP, [("a", 1), ("b", 2)], {"a": 1, "b": 2}),
+    (pa.list_(_MAP), [[("a", 1)]], [{"a": 1}]),
+    (pa.struct([("m", _MAP), ("n", pa.int64())]), {"m": [("a", 1)], "n": 3},
+     {"m": {"a": 1}, "n": 3}),
+    (pa.list_(pa.int64()), [1, 2], [1, 2]),
+    (pa.struct([("x", pa.float64())]), {"x": 0.5}, {"x": 0.5}),
+])
+def test_records_read_maps_as_dicts_at_any_depth(kind, cell, record):
+    table = pa.table({"k": ["x"], "v": pa.array([cell], kind)})
+    assert records_of(table) == [{"k": "x", "v": record}]
+    assert records_of(table.to_batches()[0]) == [{"k": "x", "v": record}]
 
 
 def test_state_is_small_on_disk(tmp_path):

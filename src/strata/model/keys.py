@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from hashlib import blake2b
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 KEY_TYPES = (type(None), bool, int, float, str, bytes, tuple)
 
@@ -47,9 +52,33 @@ def encode_key(key: Any) -> bytes:
     )
 
 
+def encode_column(values: pa.Array | pa.ChunkedArray) -> list[bytes]:
+    """``[encode_key(v) for v in values.to_pylist()]``, computed by Arrow for string and
+    integer columns without nulls (their encodings are a type tag before the UTF-8 text
+    or the decimal digits); other columns take the per-value path."""
+    kind = values.type
+    if values.null_count == 0 and len(values):
+        tag = None
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            tag, text = "s", values
+        elif pa.types.is_integer(kind):
+            tag, text = "i", pc.cast(values, pa.string())
+        if tag is not None:
+            tagged = pc.binary_join_element_wise(pa.scalar(tag, text.type), text,
+                                                pa.scalar("", text.type))
+            return tagged.cast(pa.large_binary()).to_pylist()
+    return [encode_key(v) for v in values.to_pylist()]
+
+
 def partition_of(enc: bytes, num_partitions: int) -> int:
     """The partition (0..num_partitions-1) that owns the encoded key."""
     return zlib.crc32(enc) % num_partitions
+
+
+def partitions_of(encs: Sequence[bytes], num_partitions: int) -> np.ndarray:
+    """:func:`partition_of` of each encoded key, as one array."""
+    crcs = np.fromiter(map(zlib.crc32, encs), dtype=np.uint32, count=len(encs))
+    return crcs % num_partitions
 
 
 def hash64(enc: bytes) -> int:

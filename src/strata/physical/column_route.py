@@ -16,13 +16,13 @@ path (``docs/architecture.md``, "The shuffle of a translate epoch").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from strata.model.keys import encode_key, partition_of
+from strata.model.keys import encode_column, partitions_of
 from strata.model.schema import records_of
 
 _ROUTABLE = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer)
@@ -47,26 +47,20 @@ def split_by_partition(batch: pa.RecordBatch, column: str, num_partitions: int
     if num_partitions == 1:
         yield 0, to_ipc(batch)
         return
-    keys = batch.column(column).to_pylist()
-    owner = np.fromiter((partition_of(encode_key(k), num_partitions) for k in keys),
-                        dtype=np.int64, count=len(keys))
+    owner = partitions_of(encode_column(batch.column(column)), num_partitions)
     for p in np.unique(owner).tolist():
         rows = np.flatnonzero(owner == p)
         yield p, to_ipc(batch if len(rows) == batch.num_rows else batch.take(rows))
 
 
-def add_rows(data: bytes, column: str, lists_of: Callable[[Any], list]) -> None:
-    """Append each row of an IPC buffer from :func:`split_by_partition`, as a record, to
-    ``lists_of(key)``; ``lists_of`` is called once per distinct key of the buffer."""
+def keyed_rows(data: bytes, column: str) -> Iterator[tuple[bytes, Any, dict]]:
+    """``(encoded key, key, record)`` of each row of an IPC buffer from
+    :func:`split_by_partition`: what a ``KEYED`` item of the per-record path carries."""
     with pa.ipc.open_stream(data) as reader:
         for batch in reader:
-            lists: dict[Any, list] = {}
-            for key, record in zip(batch.column(column).to_pylist(), records_of(batch),
-                                   strict=True):
-                found = lists.get(key)
-                if found is None:
-                    found = lists[key] = lists_of(key)
-                found.append(record)
+            keys = batch.column(column)
+            yield from zip(encode_column(keys), keys.to_pylist(), records_of(batch),
+                           strict=True)
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

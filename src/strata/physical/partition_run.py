@@ -21,7 +21,7 @@ from strata.model.invoke import call_translate
 from strata.model.keys import encode_key, partition_of
 from strata.model.route_eval import BadRoute, sort_by, state_key
 from strata.model.schema import records_of, to_table
-from strata.physical.column_route import add_rows
+from strata.physical.column_route import keyed_rows
 from strata.physical.fusion import apply_chain
 from strata.physical.records import (
     ASSOCIATION,
@@ -88,25 +88,19 @@ class PartitionRun:
         assoc: dict[bytes, dict[bytes, Any]] = {}
         bbstate: dict[bytes, list] = {}
 
-        def records_for(fi: int, key: Any) -> list:
-            """The records of flow ``fi`` in the group of ``key``."""
-            enc = encode_key(key)
-            g = groups.get(enc)
-            if g is None:
-                g = groups[enc] = [key, [[] for _ in range(nf)]]
-            return g[1][fi]
+        def new_group(enc: bytes, key: Any) -> list:
+            g = groups[enc] = [key, [[] for _ in range(nf)]]  # key, records per flow
+            return g
 
         for item in items:  # the layouts are in records.py
             kind = item[0]
             if kind == KEYED:
                 _, fi, enc, key, rec = item
-                g = groups.get(enc)
-                if g is None:
-                    g = groups[enc] = [key, [[] for _ in range(nf)]]
-                g[1][fi].append(rec)
+                (groups.get(enc) or new_group(enc, key))[1][fi].append(rec)
             elif kind == KEYED_BATCH:
                 _, fi, column, data = item
-                add_rows(data, column, partial(records_for, fi))
+                for enc, key, rec in keyed_rows(data, column):
+                    (groups.get(enc) or new_group(enc, key))[1][fi].append(rec)
             elif kind == BROADCAST:
                 _, fi, only, rec = item
                 bcast[fi].append((rec, only))
@@ -129,9 +123,7 @@ class PartitionRun:
                 raise EpochError.from_dict(item[1])
         for addr, recs in mcast.items():
             for enc, key in assoc.get(addr, {}).items():
-                g = groups.get(enc)
-                if g is None:
-                    g = groups[enc] = [key, [[] for _ in range(nf)]]
+                g = groups.get(enc) or new_group(enc, key)
                 for fi, rec in recs:
                     g[1][fi].append(rec)
         return self._translate_all(groups, bcast, own, pending, bbstate)
@@ -289,22 +281,18 @@ class PartitionRun:
                 return [store.write_table(run_id, written)]
             entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
             return [store.write_run(run_id, entries)] if entries else []
-        entries = []
-        dead: list[tuple[bytes, Any, list]] = []
-        for enc in called:  # translate saw these keys: their state is what it wrote
-            if enc in self.local:
-                entries.append((enc, *self.local[enc]))
-            elif enc in stored:
-                dead.append((enc, stored[enc][0], []))  # tombstone
-        carry = (set(self.local) | set(pending)) - called
+        # translate saw the called keys: their state is what it wrote, or a tombstone
+        local = self.local
+        dead: list[tuple[bytes, Any, list]] = [(enc, stored[enc][0], []) for enc in called
+                                                if enc not in local and enc in stored]
+        carry = (local.keys() | pending.keys()) - called
         runs = list(t.runs.get(self.p, []))
         if written is not None and not carry and isinstance(store, DirectColumns):
             if written.num_rows or dead:
                 runs.append(store.write_table(run_id, written, [e[:2] for e in dead]))
-            carry = set()
             entries = []
         else:
-            entries += dead
+            entries = [(enc, *local[enc]) for enc in called if enc in local] + dead
         if carry:  # not called: old state + pending + what others wrote to it
             old = store.lookup({enc: (self.local.get(enc) or pending[enc])[0]
                                 for enc in carry - set(stored)})

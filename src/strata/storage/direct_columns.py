@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from strata.model.keys import encode_key
+from strata.model.keys import encode_column
 from strata.model.schema import records_of
 from strata.storage.columnar_runs import ColumnarRuns
 from strata.storage.partition_store import Entry, PartitionStore, RunInfo
@@ -120,9 +120,8 @@ class DirectColumns:
             pairs: Iterator[tuple[bytes, Any, dict]] = (
                 (enc, None, rec) for enc, rec in zip(encs, records, strict=True))
         else:
-            keys = table.column(self.column).to_pylist()
-            pairs = ((encode_key(key), key, rec)
-                     for key, rec in zip(keys, records_of(table), strict=True))
+            keys = table.column(self.column)
+            pairs = zip(encode_column(keys), keys.to_pylist(), records_of(table), strict=True)
         for enc, key, rec in pairs:
             if wanted is not None and enc not in wanted:
                 continue  # the column matched a key of another type (1 and True)
