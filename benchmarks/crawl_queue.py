@@ -1,7 +1,7 @@
 """Benchmark: the incremental crawl queue (CBP paper §5.1, Figure 12) in three ways.
 
-The dataflow is ``examples/crawlqueue/pipeline.py`` (extract → count in-links → merge →
-score → threshold; two Spark jobs per increment after fusion). The input is
+The dataflow is ``examples/crawlqueue/pipeline.py`` (extract → count in-links → crawled →
+merge → score → threshold; three Spark jobs per increment after fusion). The input is
 ``examples/crawlqueue/generate.py``: an initial crawl (``initial_increments`` batches'
 worth of pages, ingested and run before the measured increments, not timed), then
 ``increments`` batches of newly crawled pages, so the state is large next to each
@@ -35,8 +35,8 @@ State bytes shuffled are estimated from Spark's shuffle write bytes of ``direct_
 the bytes per routed input record are taken from its increment 1 (direct mode shuffles
 input only), and
 increment e's estimate is ``shuffle_bytes - routed_records * that``, where routed records
-are known from the data (each distinct link goes to two count groups; merge routes its
-three inputs once each). (PySpark batches records before Spark's shuffle writer, so
+are known from the data (each distinct link goes to two count groups; crawled and merge
+route each of their inputs once). (PySpark batches records before Spark's shuffle writer, so
 Spark's ``shuffleWriteRecords`` counts batches and cannot be used.)
 Direct and black-box queues are checked to be equal increment by increment, and the final
 in-link counts against the last landmark run.
@@ -77,7 +77,7 @@ def routed_records(batches: list[list[dict]], reports) -> int:
     """Input records the epochs of one run send through the shuffle (not state)."""
     links = sum(len(set(p["links"])) for b in batches for p in b)
     by = {r.stage: r for r in reports}
-    return 2 * links + sum(by["merge"].records_in.values())
+    return 2 * links + sum(sum(by[s].records_in.values()) for s in ("crawled", "merge"))
 
 
 def measured_run(c, metrics, label: str, batches: list[list[dict]]) -> tuple[dict, dict]:
@@ -86,8 +86,8 @@ def measured_run(c, metrics, label: str, batches: list[list[dict]]) -> tuple[dic
         reports = c.run()
         seconds = time.perf_counter() - t0
     stages = [r.stage for r in reports]
-    if stages != ["count", "merge"]:
-        raise RuntimeError(f"{label}: expected epochs of count then merge, ran {stages}")
+    if stages != ["count", "crawled", "merge"]:
+        raise RuntimeError(f"{label}: expected epochs of count, crawled, merge; ran {stages}")
     extra = {"routed_records": routed_records(batches, reports),
              "shuffle_write_records": m.shuffle_write_records,
              "queue_records": reports[-1].records_out.get("crawl_queue", 0),

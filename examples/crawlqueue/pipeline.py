@@ -4,10 +4,11 @@ Each increment of the external input ``pages`` is a batch of newly crawled pages
 ``{url, site, links, crawled_at}``. The dataflow keeps in-link counts per URL and per site
 and the set of crawled pages, and writes the next crawl queue::
 
-    pages ─► extract ─► links ─► count (S) ─┬─► url_counts ──┐
-      │                                      └─► site_counts ─┼─► merge (S) ─► candidates
-      └──────────────────────────────────────────────────────┘   ─► score ─► scored
-                                                                  ─► threshold ─► crawl_queue
+    pages ──► extract ─► links ─► count (S) ─┬─► url_counts ─┐
+      │                                       │               ├─► crawled (S) ─► uncrawled ─┐
+      └───────────────────────────────────────┼───────────────┘                             │
+                                              └─► site_counts ─────────────────► merge ◄────┘
+    merge ─► candidates ─► score ─► scored ─► threshold ─► crawl_queue
 
 - ``extract`` (record-wise): one ``{url, site}`` record per *distinct* link of a page
   (a page's duplicate links count once; ``site`` is the link's host).
@@ -15,17 +16,23 @@ and the set of crawled pages, and writes the next crawl queue::
   and ``"s:" + site``; one state ``{key, inlinks}`` keeps both kinds of count. A URL group
   writes its new total to ``url_counts``, a site group to ``site_counts`` — only counts that
   changed in this increment.
-- ``merge`` (stateful, inner, grouped by site, every flow ordered by url): its state is the
-  set of crawled pages of the site ``{site, url}``; it adds this increment's ``pages`` and
-  merge-joins the changed URL counts with it, emitting each changed URL that has *not* been
-  crawled (up to and including this increment) as ``{url, site, url_inlinks,
-  site_inlinks}`` with the site's current total.
+- ``crawled`` (stateful, inner, grouped by url): its state is the set of crawled pages
+  ``{url}``, one record per page; a URL group adds the page if this increment crawled it
+  and passes its changed count on to ``uncrawled`` if the page was never crawled (up to
+  and including this increment). Each epoch touches only the URLs of the increment.
+- ``merge`` (inner, grouped by site, no state): adds the site's current total to each
+  uncrawled URL, as ``{url, site, url_inlinks, site_inlinks}``. A URL's count changes
+  only through a link to it, which changes its site's count too, so this epoch's
+  ``site_counts`` holds the total of every site ``merge`` sees.
 - ``score`` (record-wise): ``score = url_inlinks + SITE_WEIGHT * site_inlinks`` (a double;
   ``SITE_WEIGHT`` is 0.001).
 - ``threshold`` (record-wise): keeps records with ``score >= THRESHOLD`` → ``crawl_queue``.
 
 The record-wise stages fuse into their groupwise neighbours (``extract`` into ``count``'s
-map side, ``score`` and ``threshold`` into ``merge``'s emit side), as in Figure 10.
+map side, ``score`` and ``threshold`` into ``merge``'s emit side), as in Figure 10. Earlier
+versions kept the crawled set per site in ``merge``, so every increment read and rewrote
+the crawled pages of every site it touched (most of them); keyed by URL, the state an
+increment reads and writes is proportional to the increment.
 
 **What the queue contains.** Let ``L`` be the multiset of (page record, distinct link)
 pairs over every page ingested so far, ``inlinks(u)`` the number of pairs whose link is
@@ -41,7 +48,6 @@ Run with ``strata run examples/crawlqueue/pipeline.py --home DIR`` (see README.m
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 
 from strata import Dataflow, Emitter, Input, State
@@ -54,7 +60,7 @@ LINKS_SCHEMA = "url string, site string"
 URL_COUNTS_SCHEMA = "url string, site string, inlinks long"
 SITE_COUNTS_SCHEMA = "site string, inlinks long"
 COUNT_STATE_SCHEMA = "key string, inlinks long"  # key: "u:" + url or "s:" + site
-CRAWLED_SCHEMA = "site string, url string"
+CRAWLED_SCHEMA = "url string"
 CANDIDATES_SCHEMA = "url string, site string, url_inlinks long, site_inlinks long"
 QUEUE_SCHEMA = "url string, site string, url_inlinks long, site_inlinks long, score double"
 
@@ -99,55 +105,26 @@ def count_inlinks(key: str, state: Iterator[dict], links: Iterator[dict], *,
         out.write("site_counts", {"site": first["site"], "inlinks": total})
 
 
-def merge(site: str, crawled: Iterator[dict], url_counts: Iterator[dict],
-          site_counts: Iterator[dict], pages: Iterator[dict], *, out: Emitter) -> None:
-    """Per site: keep the crawled set, and emit changed counts of URLs not crawled yet.
-
-    ``crawled`` (state), ``url_counts`` and ``pages`` are each ordered by url, so one
-    merge walk over the three streams suffices.
-    """
-    site_total = next((r["inlinks"] for r in site_counts), 0)
-    new_pages = _distinct_sorted(p["url"] for p in pages)
-    old = (r["url"] for r in crawled)
-    crawled_urls = _merge_sorted(old, new_pages)  # this site's crawled set, in url order
-    for url in crawled_urls:
-        out.state({"site": site, "url": url})
-    for rec in url_counts:  # ordered by url; at most one record per url per epoch
-        if rec["url"] not in crawled_urls:
-            out.write("candidates", {"url": rec["url"], "site": site,
-                                     "url_inlinks": rec["inlinks"],
-                                     "site_inlinks": site_total})
+def mark_crawled(url: str, crawled: Iterator[dict], url_counts: Iterator[dict],
+                 pages: Iterator[dict], *, out: Emitter) -> None:
+    """Per URL: keep it in the crawled set once crawled; pass its changed count on while
+    it is not crawled."""
+    if next(crawled, None) is not None or next(pages, None) is not None:
+        out.state({"url": url})  # a called group keeps exactly what it writes
+        return
+    for rec in url_counts:  # at most one: the URL's new total
+        out.write("uncrawled", rec)
 
 
-def _distinct_sorted(urls: Iterator[str]) -> list[str]:
-    out: list[str] = []
-    for u in urls:
-        if not out or out[-1] != u:
-            out.append(u)
-    return out
-
-
-class _SortedSet(list):
-    """A sorted list of distinct strings with ``in`` by binary search."""
-
-    def __contains__(self, url: object) -> bool:
-        i = bisect_left(self, url)
-        return i < len(self) and self[i] == url
-
-
-def _merge_sorted(a: Iterator[str], b: list[str]) -> _SortedSet:
-    """Union of two url-ordered streams of distinct urls, in order."""
-    out = _SortedSet()
-    j = 0
-    for u in a:
-        while j < len(b) and b[j] < u:
-            out.append(b[j])
-            j += 1
-        if j < len(b) and b[j] == u:
-            j += 1
-        out.append(u)
-    out.extend(b[j:])
-    return out
+def merge(site: str, uncrawled: Iterator[dict], site_counts: Iterator[dict], *,
+          out: Emitter) -> None:
+    """Per site: each uncrawled URL with a changed count, with the site's current total."""
+    totals = [r["inlinks"] for r in site_counts]
+    for rec in uncrawled:
+        if not totals:  # not reachable: a URL's count changes only with its site's
+            raise ValueError(f"no site count for {site} in this increment")
+        out.write("candidates", {"url": rec["url"], "site": site,
+                                 "url_inlinks": rec["inlinks"], "site_inlinks": totals[0]})
 
 
 def score(key: None, candidates: Iterator[dict], *, out: Emitter) -> None:
@@ -173,13 +150,17 @@ def build_dataflow() -> Dataflow:
         state=State(COUNT_STATE_SCHEMA, route_by="key", grouping="inner"),
     )
     df.stage(
+        "crawled",
+        mark_crawled,
+        inputs=[Input("url_counts", route_by="url"), Input(pages, route_by="url")],
+        outputs={"uncrawled": URL_COUNTS_SCHEMA},
+        state=State(CRAWLED_SCHEMA, route_by="url", grouping="inner"),
+    )
+    df.stage(
         "merge",
         merge,
-        inputs=[Input("url_counts", route_by="site", order_by="url"),
-                Input("site_counts", route_by="site"),
-                Input(pages, route_by="site", order_by="url")],
+        inputs=[Input("uncrawled", route_by="site"), Input("site_counts", route_by="site")],
         outputs={"candidates": CANDIDATES_SCHEMA},
-        state=State(CRAWLED_SCHEMA, route_by="site", grouping="inner", order_by="url"),
     )
     df.stage("score", score, inputs=["candidates"], outputs={"scored": QUEUE_SCHEMA})
     df.stage("threshold", threshold, inputs=["scored"], outputs={"crawl_queue": QUEUE_SCHEMA})

@@ -49,12 +49,13 @@ def test_crawl_queue_matches_full_recomputation(spark, tmp_path):
 
     with Controller(tmp_path / "home", load_dataflow(str(PIPELINE)),
                     spark=spark, num_partitions=2) as c:
-        # extract fuses into count; score and threshold into merge: two jobs per increment
-        assert sorted(c.units) == ["count", "merge"]
+        # extract fuses into count; score and threshold into merge: three jobs per increment
+        assert sorted(c.units) == ["count", "crawled", "merge"]
         for e, batch in enumerate(batches, 1):
             c.ingest("pages", batch)
             reports = c.run()
-            assert [(r.stage, r.epoch) for r in reports] == [("count", e), ("merge", e)]
+            assert [(r.stage, r.epoch) for r in reports] == [
+                ("count", e), ("crawled", e), ("merge", e)]
             assert reports[1].records_in["pages"] == len(batch)
             # count reads pages (extract runs inside its job): reported as pages, not links
             assert reports[0].records_in == {"pages": len(batch)}
@@ -77,9 +78,9 @@ def test_crawl_queue_matches_full_recomputation(spark, tmp_path):
             assert len(state) == len(want_state)
             assert {r["key"]: r["inlinks"] for r in state} == want_state
 
-            # the merge state is the set of pages crawled so far, each once
+            # the crawled state is the set of pages crawled so far, each once
             crawled = sorted(r["url"] for b in batches[:e] for r in b)
-            assert sorted(r["url"] for r in c.state_records("merge")) == crawled
+            assert sorted(r["url"] for r in c.state_records("crawled")) == crawled
 
 
 def test_the_docstring_gives_the_site_weight_the_code_uses():
