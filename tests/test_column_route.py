@@ -12,27 +12,27 @@ import pytest
 from strata.model import Dataflow, Input, State
 from strata.model.keys import encode_column, encode_key, partition_of, partitions_of
 from strata.observability.spark_metrics import SparkMetrics
-from strata.physical.column_route import keyed_rows, route_column, split_by_partition
+from strata.physical.column_route import grouped_rows, route_column, split_by_partition
 from strata.physical.runner import SparkStageRunner
 from tests.helpers import epochs_in, increment
 
 
-def test_rows_go_to_the_partition_of_their_key_in_order():
+def test_rows_go_to_the_partition_of_their_key_and_group_in_arrival_order():
     keys = ["a", None, "b", "a", "c", "d", None, "b"] * 3
     batch = pa.record_batch({"url": keys, "i": list(range(len(keys)))})
-    seen: dict[int, list[tuple]] = {}
-    for p, data in split_by_partition(batch, "url", 3):
-        rows = list(keyed_rows(data, "url"))
-        assert all(enc == encode_key(k) and partition_of(enc, 3) == p for enc, k, _ in rows)
-        assert all(r == {"url": k, "i": r["i"]} for _, k, r in rows)
-        seen[p] = [(k, r["i"]) for _, k, r in rows]
-    assert len(seen) == 3  # the keys fall in all three partitions
-    assert sorted(i for part in seen.values() for _, i in part) == list(range(len(keys)))
-    assert all(keys[i] == k for part in seen.values() for k, i in part)
-    for part in seen.values():  # rows of one key keep the batch's order
-        for key in {k for k, _ in part}:
-            order = [i for k, i in part if k == key]
-            assert order == sorted(order)
+    parts = dict(split_by_partition(batch, "url", 3))
+    assert len(parts) == 3  # the keys fall in all three partitions
+    seen = []
+    for p, data in parts.items():
+        groups = list(grouped_rows([data, data], "url"))  # the rows twice, as two buffers
+        mine = [i for i, k in enumerate(keys) if partition_of(encode_key(k), 3) == p]
+        assert [k for _, k, _ in groups] == list(dict.fromkeys(keys[i] for i in mine))
+        for enc, key, records in groups:
+            assert enc == encode_key(key)
+            rows = [i for i in mine if keys[i] == key]
+            assert records == [{"url": key, "i": i} for i in rows + rows]
+        seen += [k for _, k, _ in groups]
+    assert sorted(seen, key=str) == sorted(set(keys), key=str)
 
 
 @pytest.mark.parametrize("values", [

@@ -21,7 +21,7 @@ from strata.model.invoke import call_translate
 from strata.model.keys import encode_key, partition_of
 from strata.model.route_eval import BadRoute, sort_by, state_key
 from strata.model.schema import records_of, to_table
-from strata.physical.column_route import keyed_rows
+from strata.physical.column_route import grouped_rows
 from strata.physical.fusion import apply_chain
 from strata.physical.records import (
     ASSOCIATION,
@@ -87,9 +87,13 @@ class PartitionRun:
         pending: dict[bytes, list] = {}
         assoc: dict[bytes, dict[bytes, Any]] = {}
         bbstate: dict[bytes, list] = {}
+        batches: dict[tuple[int, str], list[bytes]] = {}  # (flow, key column) -> IPC buffers
+
+        flow_range = range(nf)
 
         def new_group(enc: bytes, key: Any) -> list:
-            g = groups[enc] = [key, [[] for _ in range(nf)]]  # key, records per flow
+            # [key, records per flow]; a comprehension costs more than the group itself
+            g = groups[enc] = [key, [[]] if nf == 1 else [[] for _ in flow_range]]
             return g
 
         for item in items:  # the layouts are in records.py
@@ -97,10 +101,9 @@ class PartitionRun:
             if kind == KEYED:
                 _, fi, enc, key, rec = item
                 (groups.get(enc) or new_group(enc, key))[1][fi].append(rec)
-            elif kind == KEYED_BATCH:
+            elif kind == KEYED_BATCH:  # grouped below, all of a flow's batches at once
                 _, fi, column, data = item
-                for enc, key, rec in keyed_rows(data, column):
-                    (groups.get(enc) or new_group(enc, key))[1][fi].append(rec)
+                batches.setdefault((fi, column), []).append(data)
             elif kind == BROADCAST:
                 _, fi, only, rec = item
                 bcast[fi].append((rec, only))
@@ -121,6 +124,10 @@ class PartitionRun:
                 bbstate.setdefault(enc, [key, []])[1].append(rec)
             elif kind == FAILURE:
                 raise EpochError.from_dict(item[1])
+        for (fi, column), buffers in batches.items():
+            for enc, key, recs in grouped_rows(buffers, column):
+                per_flow = (groups.get(enc) or new_group(enc, key))[1]
+                per_flow[fi] = per_flow[fi] + recs if per_flow[fi] else recs
         for addr, recs in mcast.items():
             for enc, key in assoc.get(addr, {}).items():
                 g = groups.get(enc) or new_group(enc, key)
