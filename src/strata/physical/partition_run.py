@@ -155,18 +155,19 @@ class PartitionRun:
             old = state_of.get(enc)
             state_of[enc] = (key, (old[1] + recs) if old else recs)
 
-        called = list(groups)
-        if grouping == "outer":
-            called += [enc for enc in state_of if enc not in groups]
+        state_only = ([enc for enc in state_of if enc not in groups] if grouping == "outer"
+                      else [])
+        called = list(groups) + state_only
         empty: list = [[] for _ in self.flows]
         self.broadcasts = any(bcast)
 
-        def keyed() -> Iterator[tuple]:
-            for enc in called:
-                g = groups.get(enc)
+        def keyed() -> Iterator[tuple]:  # the groups with input, then (outer) the others
+            for enc, (key, per_flow) in groups.items():
                 s = state_of.get(enc)
-                key, per_flow = (state_of[enc][0], empty) if g is None else g
                 yield enc, key, s[1] if s else (), per_flow
+            for enc in state_only:
+                key, recs = state_of[enc]
+                yield enc, key, recs, empty
 
         plain = self.unordered and not self.broadcasts
         self._call_each(keyed(), None if plain else partial(self._args, bcast, state_of, groups))
@@ -358,11 +359,15 @@ class PartitionRun:
             # Columnar runs convert records to the schema's types when they are written,
             # so a record kept here under its own key column need not be converted back
             # first; the others (bound elsewhere, or keyed otherwise) are, as below.
-            misplaced = []
+            misplaced, local = [], self.local
             for i, (rec, key, enc) in enumerate(written):
                 v = rec[field]
                 if type(v) is exact and type(key) is exact and v == key and enc is not None:
-                    self.local.setdefault(enc, [v, []])[1].append(rec)
+                    kept = local.get(enc)
+                    if kept is None:
+                        local[enc] = [v, [rec]]
+                    else:
+                        kept[1].append(rec)
                 else:
                     misplaced.append(i)
             if not misplaced:  # every record kept under its calling key: res is self.local
