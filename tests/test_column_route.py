@@ -17,8 +17,9 @@ from strata.physical.runner import SparkStageRunner
 from tests.helpers import epochs_in, increment
 
 
-def test_rows_go_to_the_partition_of_their_key_and_group_in_arrival_order():
-    keys = ["a", None, "b", "a", "c", "d", None, "b"] * 3
+@pytest.mark.parametrize("keys", [["a", None, "b", "a", "c", "d", None, "b"] * 3,
+                                  [7, -1, 7, 2**40, 0, -1, 3, 0] * 3])
+def test_rows_go_to_the_partition_of_their_key_and_group_in_arrival_order(keys):
     batch = pa.record_batch({"url": keys, "i": list(range(len(keys)))})
     parts = dict(split_by_partition(batch, "url", 3))
     assert len(parts) == 3  # the keys fall in all three partitions
