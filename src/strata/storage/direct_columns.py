@@ -120,8 +120,15 @@ class DirectColumns:
             pairs: Iterator[tuple[bytes, Any, dict]] = (
                 (enc, None, rec) for enc, rec in zip(encs, records, strict=True))
         else:
-            keys = table.column(self.column)
-            pairs = zip(encode_column(keys), keys.to_pylist(), records_of(table), strict=True)
+            column = table.column(self.column)
+            encs, keys, records = encode_column(column), column.to_pylist(), records_of(table)
+            if wanted is None:  # a scan: one record per key is the common case, built in bulk
+                found = {enc: (key, [rec])
+                         for enc, key, rec in zip(encs, keys, records, strict=True)}
+                if len(found) == len(records):
+                    return found
+                found = {}
+            pairs = zip(encs, keys, records, strict=True)
         for enc, key, rec in pairs:
             if wanted is not None and enc not in wanted:
                 continue  # the column matched a key of another type (1 and True)
