@@ -29,7 +29,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from strata.model.errors import StrataError
-from strata.model.schema import to_table
+from strata.model.schema import holds_map, to_table
 
 FORMATS = ("jsonl", "csv", "parquet")
 _ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
@@ -121,10 +121,6 @@ def _a(t: pa.DataType) -> str:
     return f"{'an' if str(t)[0] in 'aeiou' else 'a'} {t}"
 
 
-def _has_map(t: pa.DataType) -> bool:
-    return pa.types.is_map(t) or any(_has_map(t.field(i).type) for i in range(t.num_fields))
-
-
 def _json_type(t: pa.DataType) -> pa.DataType:
     """The type pyarrow.json reads for ``t``: dates as text (cast afterwards)."""
     if pa.types.is_date(t):
@@ -148,7 +144,7 @@ def _records(data: bytes) -> int:
 
 
 def _read_jsonl(path: str, schema: pa.Schema, flow: str) -> pa.Table:
-    if _has_map(pa.struct(list(schema))):  # pyarrow.json cannot read maps
+    if holds_map(pa.struct(list(schema))):  # pyarrow.json cannot read maps
         return _read_jsonl_records(path, schema, flow)
     data = Path(path).read_bytes()
     try:
@@ -291,7 +287,7 @@ def _csv_problem(path: str, schema: pa.Schema, flow: str, arrow_msg: str) -> Ing
 
 def _json_cells(cells: pa.Array, t: pa.DataType) -> pa.Array:
     """JSON text cells (``""`` is null) as an array of nested type ``t``."""
-    if _has_map(t):  # pyarrow.json cannot read maps: parse each cell
+    if holds_map(t):  # pyarrow.json cannot read maps: parse each cell
         return pa.array([json.loads(c) if c else None for c in cells.to_pylist()], type=t)
     text = pc.replace_substring_regex(cells, r"[\r\n]", " ")  # raw newlines are not JSON
     text = pc.if_else(pc.equal(text, ""), "null", text)
