@@ -9,6 +9,7 @@ from pathlib import Path
 
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
+from strata.physical.exchange import EXCHANGE_CONF
 from strata.physical.small_epochs import DRIVER_ROWS
 from strata.queries.arrow_step import CONF as ARROW
 from strata.storage.increments import Increment, write_table
@@ -27,9 +28,13 @@ def epochs_in(spark, where: str) -> Iterator[None]:
     """Small epochs (vectorized, query and translate stages) run ``"tasks"`` (always as
     Spark tasks) or ``"driver"`` (in the driver, up to the program's own limits), by the
     session conf that picks; ``"driver-spark"`` runs
-    them in the driver with the driver's Arrow evaluation off (Spark reads the increment)."""
-    with session_confs(spark, {DRIVER_ROWS: {"tasks": "-1"}.get(where, str(1 << 40)),
-                               ARROW: "false" if where == "driver-spark" else "true"}):
+    them in the driver with the driver's Arrow evaluation off (Spark reads the increment);
+    ``"tasks-rows"`` as Spark tasks with a vectorized epoch's records shuffled as Spark
+    rows instead of packed Arrow buffers."""
+    with session_confs(spark, {DRIVER_ROWS: str(1 << 40) if where.startswith("driver")
+                               else "-1",
+                               ARROW: "false" if where == "driver-spark" else "true",
+                               EXCHANGE_CONF: "rows" if where == "tasks-rows" else "arrow"}):
         yield
 
 

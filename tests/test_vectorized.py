@@ -33,7 +33,7 @@ from tests.dataflow_driver import (
 from tests.helpers import epochs_in, session_confs
 
 register_by_value(__name__)
-WHERE = st.sampled_from(["tasks", "driver", "driver-spark"])  # where a vectorized epoch runs
+WHERE = st.sampled_from(["tasks", "tasks-rows", "driver", "driver-spark"])  # (helpers.epochs_in)
 
 REC = "k long, s string, v long"
 
@@ -270,23 +270,33 @@ def test_a_key_column_missing_from_an_input_is_refused_up_front():
                          state="k long, total long")
 
 
-def test_only_the_increment_is_shuffled_never_the_state(spark, tmp_path):
+@pytest.mark.parametrize("exchange", ["arrow", "rows"])
+def test_only_the_increment_is_shuffled_never_the_state(spark, tmp_path, exchange):
     """Spark's own metrics: after 2,000 keys of state, an epoch of 30 records shuffles
-    exactly 30 rows, in this runner and in a fresh one on the same home (a restart)."""
+    the bytes the same epoch shuffles on an empty home, in this runner and in a fresh one
+    on the same home (a restart): 30 Spark rows on the row exchange, one packed Arrow
+    buffer per partition on the Arrow exchange."""
     from strata.observability.spark_metrics import SparkMetrics
 
     metrics = SparkMetrics(spark)
     df = build("add_up")
     stage = df.stages["add"]
-    first = SparkRunner(spark, str(tmp_path), "direct", 2)
+    batch = {"a": [{"k": k * 7, "s": "", "v": 2} for k in range(30)]}
+    first = SparkRunner(spark, str(tmp_path / "home"), "direct", 2)
     first.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(2000)]})
-    for runner in (first, SparkRunner(spark, str(tmp_path), "direct", 2)):
-        runner._seq = 1000 + runner._seq
-        batch = {"a": [{"k": k * 7, "s": "", "v": 2} for k in range(30)]}
-        with metrics.measure("vectorized-epoch") as m, epochs_in(spark, "tasks"):
-            got = runner.run(stage, batch)
-        assert len(got["totals"]) == 30
-        assert m.shuffle_write_records == 30, m.to_json()
+    with epochs_in(spark, "tasks" if exchange == "arrow" else "tasks-rows"):
+        with metrics.measure("vectorized-empty-home") as alone:
+            SparkRunner(spark, str(tmp_path / "empty"), "direct", 2).run(stage, batch)
+        for runner in (first, SparkRunner(spark, str(tmp_path / "home"), "direct", 2)):
+            runner._seq = 1000 + runner._seq
+            with metrics.measure("vectorized-epoch") as m:
+                got = runner.run(stage, batch)
+            assert len(got["totals"]) == 30
+            if exchange == "rows":
+                assert m.shuffle_write_records == 30, m.to_json()
+            else:  # the epoch's one input file: one map task, a buffer per partition
+                assert 1 <= m.shuffle_write_records <= 2, m.to_json()
+            assert m.shuffle_write_bytes == alone.shuffle_write_bytes > 0, m.to_json()
     assert len(first.runner.state_records(stage)) == 2000
 
 
@@ -305,7 +315,8 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
     for conf in ({}, {DRIVER_ROWS: "9"}, {DRIVER_STATE_BYTES: "10"}):
         with session_confs(spark, conf), metrics.measure("epoch") as m:
             got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(10)]})
-        assert m.shuffle_write_records == (10 if conf else 0), (conf, m.to_json())
+        # as tasks: the 10 records, packed in a buffer per partition
+        assert (m.shuffle_write_records > 0) == bool(conf), (conf, m.to_json())
         totals.append(sorted((r["k"], r["total"]) for r in got["totals"]))
     assert totals == [[(k, 2 + i) for k in range(10)] for i in range(3)]
 
@@ -328,14 +339,14 @@ def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grou
     monkeypatch.setattr(VectorizedProgram, "_arrow_rows", counted)
     stage = build("add_up", grouping).stages["add"]
     ref, spk = ReferenceRunner(), SparkRunner(spark, str(tmp_path), "direct", 3)
-    for e in range(6):
+    for e in range(8):
         batch = {"a": [{"k": (k * 5 + e) % 23, "s": "", "v": e + 1} for k in range(12)],
                  "b": [{"k": k, "s": "", "v": 1} for k in range(e, 23, 4)]}
-        with epochs_in(spark, ("driver", "driver-spark", "tasks")[e % 3]):
+        with epochs_in(spark, ("driver", "driver-spark", "tasks", "tasks-rows")[e % 4]):
             got = spk.run(stage, batch)
         assert multiset(got["totals"]) == multiset(ref.run(stage, batch)["totals"]), e
     assert multiset(spk.runner.state_records(stage)) == multiset(ref.state_records(stage))
-    assert read == [True, True], read  # epochs 0 and 3
+    assert read == [True, True], read  # epochs 0 and 4
 
 
 def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):

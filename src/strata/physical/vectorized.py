@@ -2,13 +2,14 @@
 
 The epoch is one Spark job of DataFrame operations only (so it also runs over Spark
 Connect): each input increment is read by Spark, tagged with its flow, hash-partitioned
-on the key columns into the stage's fixed number of partitions (``repartition(n, keys)``,
-which adaptive execution does not coalesce), and ``mapInArrow`` hands partition ``p``'s
-rows to a task that reads partition ``p``'s columnar state runs from its own files, calls
-the user's function once on all its groups, and writes the outputs and a new state run.
-Only the increment crosses the shuffle; the state never does. Each task checks that every
-row it got hashes to its partition (Spark's ``pmod(hash(keys), n)``), so a partitioning
-Spark did not keep fails loudly instead of mixing states.
+on the key columns into the stage's fixed number of partitions (as packed Arrow buffers,
+:mod:`strata.physical.exchange`, or ``repartition(n, keys)``: either way Spark's
+``pmod(hash(keys), n)``, with a count adaptive execution does not coalesce), and
+``mapInArrow`` hands partition ``p``'s records to a task that reads partition ``p``'s
+columnar state runs from its own files, calls the user's function once on all its
+groups, and writes the outputs and a new state run. Only the increment crosses the
+shuffle; the state never does. Each task checks that what it got was meant for its
+partition, so a partitioning Spark did not keep fails loudly instead of mixing states.
 
 A small epoch (few input records, a small state: :meth:`VectorizedProgram.in_driver`) runs
 the same partition tasks in the driver instead: Spark reads the increment and computes each
@@ -42,7 +43,8 @@ from strata.model.errors import (
 )
 from strata.model.schema import SchemaLike, parse_ddl, to_arrow_schema, to_ddl, type_ddl
 from strata.model.vectorized import VectorError, VectorShape, VectorTranslate, per_group
-from strata.physical import spark_hash
+from strata.physical import exchange, spark_hash
+from strata.physical.exchange import hash_partitioned, with_partition
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
 from strata.physical.small_epochs import fits_driver
@@ -108,18 +110,6 @@ def vectorized_stage(
                           outputs=outputs, state=st, runnable=runnable, program=program)
 
 
-def with_partition(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
-    """``rows`` with the partition each belongs to in ``__p``: Spark's
-    ``pmod(hash(keys), n)``, the one its hash partitioning into ``n`` gives."""
-    return rows.withColumn("__p", F.pmod(F.hash(*kcols), F.lit(n)))
-
-
-def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
-    """``rows`` hash-partitioned on the key columns into the stage's ``n`` partitions,
-    with the partition each row must reach in ``__p`` (each task checks it)."""
-    return with_partition(rows, kcols, n).repartition(n, *kcols)
-
-
 ARROW_CONF = "spark.strata.arrow"  # "false": the driver leaves reads and evaluation to Spark
 
 
@@ -158,6 +148,7 @@ class VectorizedProgram(StageProgram):
     """Runs a vectorized stage: one call of the user's function per state partition."""
 
     kind = "vectorized"
+    packs = True  # its rows may cross the shuffle as packed Arrow buffers
 
     def __init__(self, fn: VectorTranslate, shape: VectorShape, grouping: str) -> None:
         self.fn, self.shape, self.grouping = fn, shape, grouping
@@ -185,7 +176,7 @@ class VectorizedProgram(StageProgram):
         else:
             rows = self._input_rows(ctx)
             if rows is not None or not only_inputs:
-                frame = (partitioned(rows, self._key_columns(), n) if rows is not None
+                frame = (self._exchanged(ctx, rows) if rows is not None
                          else ctx.spark.range(0, n, 1, n))
                 collected = frame.mapInArrow(self._task(ctx, before), RESULT_SCHEMA).collect()
                 results = [json.loads(r["info"]) for r in collected]
@@ -225,6 +216,15 @@ class VectorizedProgram(StageProgram):
     def _key_columns(self) -> list[str]:
         """The key columns of :meth:`_input_rows`' rows."""
         return [f"__k{j}" for j in range(len(self.shape.keys))]
+
+    def _exchanged(self, ctx: EpochContext, rows: DataFrame) -> DataFrame:
+        """``rows`` hash-partitioned into the stage's partitions
+        (:func:`strata.physical.exchange.hash_partitioned`)."""
+        key_schema = self.shape.state or self.shape.inputs[0][1]
+        return hash_partitioned(
+            ctx.spark, rows, self._key_columns(),
+            [key_schema.field(k).type for k in self.shape.keys] if self.packs else None,
+            ctx.num_partitions)
 
     # -- small epochs, in the driver ------------------------------------------------------
     def in_driver(self, ctx: EpochContext) -> bool:
@@ -384,12 +384,14 @@ class _VectorTask:
         return cls(detail, stage=self.stage, epoch=self.epoch, **kw)
 
     def _inputs(self, p: int, batches: list[pa.RecordBatch]) -> dict[str, pa.Table]:
+        if exchange.is_packed(batches):
+            packed_for, batches = exchange.unpack(batches)
+            if any(q != p for q in packed_for):
+                raise self._misplaced(p)
         table = pa.Table.from_batches(batches) if batches else None
         if (table is not None and "__p" in table.column_names and table.num_rows
                 and not pc.all(pc.equal(table["__p"], p)).as_py()):
-            raise self._err(EpochError, f"Spark gave task {p} rows of another partition; "
-                            "strata needs repartition(n, keys) kept as it is (is a plugin "
-                            "or a setting coalescing shuffle partitions?)")
+            raise self._misplaced(p)
         inputs: dict[str, pa.Table] = {}
         for i, (flow, schema) in enumerate(self.shape.inputs):
             col = f"__f{i}"
@@ -408,6 +410,11 @@ class _VectorTask:
             self._check_keys(t, flow)
             inputs[flow] = t
         return inputs
+
+    def _misplaced(self, p: int) -> EpochError:
+        return self._err(EpochError, f"Spark gave task {p} rows of another partition; "
+                         "strata needs repartition(n, keys) kept as it is (is a plugin "
+                         "or a setting coalescing shuffle partitions?)")
 
     def _check_keys(self, table: pa.Table, flow: str) -> None:
         for k in self.shape.keys:

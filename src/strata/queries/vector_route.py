@@ -41,9 +41,10 @@ from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical import spark_hash
+from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.small_epochs import DEFAULT_DRIVER_ROWS
-from strata.physical.vectorized import VectorizedProgram, VectorState, with_partition
+from strata.physical.vectorized import VectorizedProgram, VectorState
 from strata.queries import arrow_expr, arrow_step
 from strata.queries.algebra import GroupBy
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
@@ -277,6 +278,7 @@ class VectorQueryProgram(VectorizedProgram):
     """A query stage whose group-by runs on the vectorized route (module docstring)."""
 
     kind = "query"
+    packs = False  # its groups leave Spark's aggregation partitioned as the stage needs
     same_kind_hint = ("a query strata now compiles for its vectorized route: "
                       "add_query(..., vectorized=False) keeps the plan it ran with")
 
