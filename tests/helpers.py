@@ -30,7 +30,7 @@ def epochs_in(spark, where: str) -> Iterator[None]:
     session conf that picks; ``"driver-spark"`` runs
     them in the driver with the driver's Arrow evaluation off (Spark reads the increment);
     ``"tasks-rows"`` as Spark tasks with a vectorized epoch's records shuffled as Spark
-    rows instead of packed Arrow buffers."""
+    rows (``"tasks"``: as packed Arrow buffers, however few)."""
     with session_confs(spark, {DRIVER_ROWS: str(1 << 40) if where.startswith("driver")
                                else "-1",
                                ARROW: "false" if where == "driver-spark" else "true",

@@ -68,3 +68,20 @@ def test_a_key_longer_than_the_hash_takes_is_a_clear_error(monkeypatch):
 def test_key_types_the_map_side_cannot_hash_keep_the_row_exchange():
     assert exchange.supported([pa.string(), pa.int64(), pa.date32()])
     assert not exchange.supported([pa.decimal128(10, 2)])
+
+
+def test_auto_packs_only_epochs_large_enough_to_pay_and_a_bad_value_is_named(spark):
+    from strata.model.errors import DataflowError
+    from tests.helpers import session_confs
+
+    big = exchange.ARROW_MIN_RECORDS
+    with session_confs(spark, {exchange.EXCHANGE_CONF: "auto"}):
+        assert exchange.exchange_kind(spark, big - 1) == "rows"
+        assert exchange.exchange_kind(spark, big) == "arrow"
+    with session_confs(spark, {exchange.EXCHANGE_CONF: "rows"}):
+        assert exchange.exchange_kind(spark, 10 * big) == "rows"
+    with session_confs(spark, {exchange.EXCHANGE_CONF: "Arrow"}):
+        assert exchange.exchange_kind(spark, 1) == "arrow"
+    with session_confs(spark, {exchange.EXCHANGE_CONF: "packed"}), pytest.raises(
+            DataflowError, match="'auto', 'arrow' or 'rows', not 'packed'"):
+        exchange.exchange_kind(spark, 1)

@@ -36,14 +36,21 @@ FLUSH_BYTES = 64 << 20  # ... or bytes (one buffer stays far below Arrow's 2 GiB
 _CODEC = "zstd"
 
 
-EXCHANGE_CONF = "spark.strata.vectorized.exchange"  # "arrow" (packed buffers) or "rows"
+EXCHANGE_CONF = "spark.strata.vectorized.exchange"  # "auto", "arrow" or "rows"
+# "auto" packs an epoch of at least this many input records. Below it the map side's
+# Python stage costs more than it saves: on 2 cores, 0.15 s more per epoch at 10,000
+# records, even at 50,000, 5% less at 200,000 (docs/vectorized.md, "Measurements").
+ARROW_MIN_RECORDS = 50_000
 
 
-def exchange_kind(spark: Any) -> str:
-    """How a vectorized epoch's records cross the shuffle (``EXCHANGE_CONF``)."""
-    kind = (spark.conf.get(EXCHANGE_CONF, "arrow") or "arrow").lower()
-    if kind not in ("arrow", "rows"):
-        raise DataflowError(f"{EXCHANGE_CONF} is 'arrow' or 'rows', not {kind!r}")
+def exchange_kind(spark: Any, records: int) -> str:
+    """How an epoch of ``records`` input records crosses the shuffle: ``"arrow"`` or
+    ``"rows"``, as ``EXCHANGE_CONF`` says (``"auto"``: by ``ARROW_MIN_RECORDS``)."""
+    kind = (spark.conf.get(EXCHANGE_CONF, "auto") or "auto").lower()
+    if kind not in ("auto", "arrow", "rows"):
+        raise DataflowError(f"{EXCHANGE_CONF} is 'auto', 'arrow' or 'rows', not {kind!r}")
+    if kind == "auto":
+        return "arrow" if records >= ARROW_MIN_RECORDS else "rows"
     return kind
 
 
@@ -60,11 +67,12 @@ def partitioned(rows: DataFrame, kcols: Sequence[str], n: int) -> DataFrame:
 
 
 def hash_partitioned(spark: Any, rows: DataFrame, kcols: Sequence[str],
-                     key_types: Sequence[pa.DataType] | None, n: int) -> DataFrame:
-    """``rows`` hash-partitioned on ``kcols`` into ``n`` partitions: by the Arrow
-    exchange when the keys' types are known (``key_types``) and hashed by the map side
-    and the session does not ask for rows (``EXCHANGE_CONF``), else by the row one."""
-    if (key_types is not None and exchange_kind(spark) == "arrow"
+                     key_types: Sequence[pa.DataType] | None, n: int,
+                     records: int) -> DataFrame:
+    """``rows`` (``records`` input records) hash-partitioned on ``kcols`` into ``n``
+    partitions: by the Arrow exchange when the keys' types are known (``key_types``) and
+    hashed by the map side and :func:`exchange_kind` says so, else by the row one."""
+    if (key_types is not None and exchange_kind(spark, records) == "arrow"
             and supported(key_types)):
         return exchange(rows, kcols, n)
     return partitioned(rows, kcols, n)

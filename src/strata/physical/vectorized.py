@@ -224,17 +224,19 @@ class VectorizedProgram(StageProgram):
         return hash_partitioned(
             ctx.spark, rows, self._key_columns(),
             [key_schema.field(k).type for k in self.shape.keys] if self.packs else None,
-            ctx.num_partitions)
+            ctx.num_partitions, self._input_records(ctx))
+
+    def _input_records(self, ctx: EpochContext) -> int:
+        return sum(inc.records for flow, _ in self.shape.inputs
+                   for inc in ctx.inputs.get(flow, ()))
 
     # -- small epochs, in the driver ------------------------------------------------------
     def in_driver(self, ctx: EpochContext) -> bool:
         """Whether this epoch's partitions run in the driver (module docstring): its input
         has at most ``spark.strata.driverEpoch.maxRows`` records and the state it may read
         at most ``spark.strata.driverEpoch.maxStateBytes`` bytes (session confs)."""
-        rows = sum(inc.records for flow, _ in self.shape.inputs
-                   for inc in ctx.inputs.get(flow, ()))
         state = sum(r.nbytes for rs in runs_of(ctx.committed.state).values() for r in rs)
-        return fits_driver(ctx, rows, state)
+        return fits_driver(ctx, self._input_records(ctx), state)
 
     def _driver_rows(self, ctx: EpochContext) -> pa.Table | None:
         """:meth:`_input_rows` collected as Arrow, each row's partition in ``__p``: read
