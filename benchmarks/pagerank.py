@@ -51,6 +51,7 @@ FULL = {"initial": 5000, "batches": 5, "size": 100}
 QUICK = {"initial": 300, "batches": 1, "size": 20}
 SIDES = ("incremental", "recompute")
 TARGETS = {"shuffle_ratio_recompute_over_incremental": 2.0, "max_l1_error": 1e-3}
+DRIVER_ROWS = "spark.strata.driverEpoch.maxRows"  # -1: every epoch as Spark tasks
 
 
 def log(msg: str) -> None:
@@ -218,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(increments[0]):,} links, then {batches} batch(es) of {size} links; "
         f"load average {load[0]:.2f}")
     spark = get_spark(args.master, app_name="strata-bench-pagerank")
+    # what this compares is Spark's shuffle: every epoch runs as Spark tasks, none in the
+    # driver (docs/architecture.md, "Small epochs in the driver"), where neither side
+    # shuffles anything
+    spark.conf.set(DRIVER_ROWS, "-1")
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-pagerank-"))
     try:
@@ -226,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     result = {"nodes": rows["incremental"][-1]["pages"],
               "links": sum(len(inc) for inc in increments), "initial_links": len(increments[0]),
-              "batches": batches, "links_per_batch": size, **rows}
+              "batches": batches, "links_per_batch": size, **rows,
+              "config": {DRIVER_ROWS: "-1", "partitions": args.partitions, "seed": args.seed}}
     result["summary"], result["targets"] = summarize(result, load, time.perf_counter() - wall0)
     emit(result, args.json, args.plot, plot)
     log(human(result))
