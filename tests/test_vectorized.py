@@ -397,3 +397,34 @@ def test_a_key_of_two_columns_equals_the_reference(spark, batches, where):
                      outputs={"totals": "k long, s string, total long"},
                      state="k long, s string, total long")
     compare(spark, df, batches, where=where)
+
+
+@pytest.mark.parametrize("exchange", ["arrow", "rows"])
+def test_records_spark_delivers_to_the_wrong_task_stop_the_epoch(tmp_path, exchange):
+    """A task given records packed for, or hashed to, another partition (a plugin or a
+    setting that re-partitioned the exchange) fails with an error saying so, not a
+    state mixed with another partition's."""
+    import json
+
+    from strata.physical.exchange import PackTask, salts
+    from strata.physical.vectorized import _VectorTask
+
+    program = build("add_up").stages["add"].program
+    rows = pa.record_batch({"__k0": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+                            "__flow": pa.array([0] * 6, pa.int32()),
+                            "__f0": pa.StructArray.from_arrays(
+                                [pa.array(["x"] * 6), pa.array([1] * 6, pa.int64())],
+                                names=["s", "v"])})
+    if exchange == "arrow":
+        packed = list(PackTask(["__k0"], 2, salts(2))(iter([rows])))
+        given = [b for b in packed if b.column("__p")[0].as_py() == 1]
+    else:
+        given = [rows.append_column("__p", pa.array([1] * 6, pa.int32()))]
+    task = _VectorTask(stage="add", epoch=3, fn=program.fn, shape=program.shape,
+                       grouping="inner", state_root=str(tmp_path), runs={},
+                       outputs={"totals": str(tmp_path / "totals")},
+                       token="t")
+    info = json.loads(task.info(0, given))
+    assert "rows of another partition" in info["error"]["detail"], info
+    assert info["error"]["stage"] == "add" and info["error"]["epoch"] == 3
+    assert json.loads(task.info(1, given)).get("error") is None  # its own partition's

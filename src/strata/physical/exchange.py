@@ -74,7 +74,7 @@ def hash_partitioned(spark: Any, rows: DataFrame, kcols: Sequence[str],
     hashed by the map side and :func:`exchange_kind` says so, else by the row one."""
     if (key_types is not None and exchange_kind(spark, records) == "arrow"
             and supported(key_types)):
-        return exchange(rows, kcols, n)
+        return arrow_exchange(rows, kcols, n)
     return partitioned(rows, kcols, n)
 
 
@@ -100,7 +100,7 @@ def salts(n: int) -> list[int]:
     return out.tolist()
 
 
-def exchange(rows: DataFrame, key_columns: Sequence[str], n: int) -> DataFrame:
+def arrow_exchange(rows: DataFrame, key_columns: Sequence[str], n: int) -> DataFrame:
     """``rows`` packed per map task and partition, and repartitioned so that partition
     ``p`` gets the buffers of its records (module docstring)."""
     pack = PackTask(list(key_columns), n, salts(n))
@@ -135,7 +135,7 @@ class PackTask:
     keys: list[str]
     n: int
     salts: list[int]
-    _held: list[list[pa.RecordBatch]] = field(default_factory=list, repr=False)
+    _held: list[list[pa.RecordBatch]] = field(default_factory=list, init=False, repr=False)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         self._held = [[] for _ in range(self.n)]

@@ -415,8 +415,9 @@ class _VectorTask:
 
     def _misplaced(self, p: int) -> EpochError:
         return self._err(EpochError, f"Spark gave task {p} rows of another partition; "
-                         "strata needs repartition(n, keys) kept as it is (is a plugin "
-                         "or a setting coalescing shuffle partitions?)")
+                         "strata needs its repartition into the stage's partitions kept "
+                         "as it is (is a plugin or a setting coalescing shuffle "
+                         "partitions?)")
 
     def _check_keys(self, table: pa.Table, flow: str) -> None:
         for k in self.shape.keys:
