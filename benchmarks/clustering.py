@@ -60,7 +60,6 @@ VARIANTS = {  # name -> (multicast, grouping)
     "multicast_outer": (True, "outer"),
     "per_neighbour_outer": (False, "outer"),
 }
-DRIVER_ROWS = "spark.strata.driverEpoch.maxRows"  # -1: every epoch as Spark tasks
 
 
 def log(msg: str) -> None:
@@ -234,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
+    from strata.physical.small_epochs import DRIVER_ROWS
 
     batches = generate_increments(preload + n, size, args.seed)
     head = [[e for b in batches[:preload] for e in b]] if preload else []

@@ -51,7 +51,6 @@ FULL = {"initial": 5000, "batches": 5, "size": 100}
 QUICK = {"initial": 300, "batches": 1, "size": 20}
 SIDES = ("incremental", "recompute")
 TARGETS = {"shuffle_ratio_recompute_over_incremental": 2.0, "max_l1_error": 1e-3}
-DRIVER_ROWS = "spark.strata.driverEpoch.maxRows"  # -1: every epoch as Spark tasks
 
 
 def log(msg: str) -> None:
@@ -213,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     wall0, load = time.perf_counter(), os.getloadavg()
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
+    from strata.physical.small_epochs import DRIVER_ROWS
 
     increments = generate_increments(initial, batches, size, args.seed)
     log(f"pagerank benchmark: initial graph of {initial:,} pages and "

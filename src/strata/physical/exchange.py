@@ -17,7 +17,7 @@ layout is the same; only fewer, smaller rows cross the shuffle
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -135,20 +135,19 @@ class PackTask:
     keys: list[str]
     n: int
     salts: list[int]
-    _held: list[list[pa.RecordBatch]] = field(default_factory=list, init=False, repr=False)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        self._held = [[] for _ in range(self.n)]
+        held: list[list[pa.RecordBatch]] = [[] for _ in range(self.n)]  # per partition
         rows = size = 0
         for batch in batches:
             if not batch.num_rows:
                 continue
-            self._split(batch, self._partitions(batch))
+            self._split(batch, self._partitions(batch), held)
             rows, size = rows + batch.num_rows, size + batch.nbytes
             if rows >= FLUSH_ROWS or size >= FLUSH_BYTES:
-                yield from self._flush()
+                yield from self._flush(held)
                 rows = size = 0
-        yield from self._flush()
+        yield from self._flush(held)
 
     def _partitions(self, batch: pa.RecordBatch) -> np.ndarray:
         parts = spark_hash.partitions([batch.column(k) for k in self.keys], self.n)
@@ -163,26 +162,27 @@ class PackTask:
         return np.concatenate([self._partitions(batch.slice(0, half)),
                                self._partitions(batch.slice(half))])
 
-    def _split(self, batch: pa.RecordBatch, parts: np.ndarray) -> None:
+    def _split(self, batch: pa.RecordBatch, parts: np.ndarray,
+               held: list[list[pa.RecordBatch]]) -> None:
         order = np.argsort(parts, kind="stable")  # arrival order within each partition
         bounds = np.searchsorted(parts[order], np.arange(self.n + 1))
         for p in range(self.n):
             lo, hi = int(bounds[p]), int(bounds[p + 1])
             if hi > lo:
-                self._held[p].append(batch.take(pa.array(order[lo:hi])))
+                held[p].append(batch.take(pa.array(order[lo:hi])))
 
-    def _flush(self) -> Iterator[pa.RecordBatch]:
+    def _flush(self, held: list[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
         options = ipc.IpcWriteOptions(compression=_CODEC)
-        for p, held in enumerate(self._held):
-            if not held:
+        for p, batches in enumerate(held):
+            if not batches:
                 continue
             sink = pa.BufferOutputStream()
-            with ipc.new_stream(sink, held[0].schema, options=options) as writer:
-                writer.write_table(pa.Table.from_batches(held).combine_chunks())
+            with ipc.new_stream(sink, batches[0].schema, options=options) as writer:
+                writer.write_table(pa.Table.from_batches(batches).combine_chunks())
             yield pa.RecordBatch.from_arrays(
                 [pa.array([p], pa.int32()), pa.array([self.salts[p]], pa.int64()),
                  _one_binary(sink.getvalue())], schema=_PACKED)
-            held.clear()
+            batches.clear()
 
 
 def _one_binary(buf: pa.Buffer) -> pa.Array:
