@@ -5,24 +5,42 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
 from strata.queries.expressions import MULT
-from strata.series.corrections import OCCURRENCE, changes_flow
-from strata.series.stored import epoch_occurrence, occurrence_epoch, segment_of
+from strata.series.stored import (
+    OCCURRENCE,
+    changes_flow,
+    epoch_occurrence,
+    occurrence_epoch,
+    segment_of,
+)
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
-from strata.storage.increments import read_records
+from strata.storage.increments import Increment, read_records
 from strata.storage.manifest import StateDir
 
 
-def series_answer(home: str | os.PathLike[str] | Home, name: str,
-                  occurrence: int | None = None) -> tuple[int, pa.Table]:
-    """The current answer of series ``name`` at ``occurrence`` (its newest segment;
-    default: the newest occurrence answered), and that occurrence's number."""
+@dataclass(frozen=True)
+class StoredAnswer:
+    """Where a series' answer at one occurrence is stored: the increment the occurrence
+    wrote, and the increments of the series' changes flow (rows of every occurrence,
+    ``_occurrence`` saying which)."""
+
+    occurrence: int
+    schema: pa.Schema
+    answer: Increment
+    changes: tuple[Increment, ...]
+
+
+def stored_answer(home: str | os.PathLike[str] | Home, name: str,
+                  occurrence: int | None = None) -> StoredAnswer:
+    """The files of series ``name``'s answer at ``occurrence`` (its newest segment;
+    default: the newest occurrence answered), from the home's catalog."""
     layout = home if isinstance(home, Home) else Home(home)
     catalog = Catalog(layout.catalog_path)
     try:
@@ -47,13 +65,22 @@ def series_answer(home: str | os.PathLike[str] | Home, name: str,
         raise StrataError(f"series {name!r} has no stored answer at occurrence {occurrence} "
                           f"(segments read: 1–{segment_of(state)}; stored occurrences: "
                           f"{', '.join(map(str, known)) or 'none'})")
-    schema = to_arrow_schema(flows[name]["schema"])
-    rows = read_records(answered[epoch].files)
+    return StoredAnswer(occurrence, to_arrow_schema(flows[name]["schema"]), answered[epoch],
+                        tuple(s.increment for s in changes))
+
+
+def series_answer(home: str | os.PathLike[str] | Home, name: str,
+                  occurrence: int | None = None) -> tuple[int, pa.Table]:
+    """The current answer of series ``name`` at ``occurrence`` (its newest segment;
+    default: the newest occurrence answered), and that occurrence's number."""
+    stored = stored_answer(home, name, occurrence)
+    schema = stored.schema
+    rows = read_records(stored.answer.files)
     net: Counter[tuple] = Counter(tuple(r[c] for c in schema.names) for r in rows)
-    for s in changes:
-        for r in read_records(s.increment.files):
-            if r[OCCURRENCE] == occurrence:
+    for inc in stored.changes:
+        for r in read_records(inc.files):
+            if r[OCCURRENCE] == stored.occurrence:
                 net[tuple(r[c] for c in schema.names)] += r[MULT]
     records = [dict(zip(schema.names, key, strict=True)) for key, k in net.items()
                for _ in range(k)]
-    return occurrence, pa.Table.from_pylist(records, schema)
+    return stored.occurrence, pa.Table.from_pylist(records, schema)

@@ -11,9 +11,10 @@ stage reads corrections in an epoch of their own when no new segment waits
 1. writes each corrected segment's rows into the stage's state (they replace the raw
    segment for every later read: raw plans, series added later, ad hoc queries);
 2. recomputes that segment's stored views and replaces them in their co-located tables;
-3. for each series with a ``lateness`` reaching the segment, answers every occurrence
-   whose window contains it twice, from the views before and after, and writes the
-   difference to ``<series>_changes`` (``_occurrence``, the answer's columns, ``_mult``);
+3. for each series with a ``lateness`` reaching the segment, answers again every
+   occurrence whose window contains it, from the corrected views, and writes the
+   difference from the answer as it stands (written, with the changes since) to
+   ``<series>_changes`` (``_occurrence``, the answer's columns, ``_mult``);
 4. folds the corrected segments' sizes (columns and views) into the cost model's
    statistics.
 
@@ -40,12 +41,15 @@ from strata.physical.program import EpochContext, EpochOutcome
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, set_confs, write_parquet
 from strata.queries.tables import QueryTables
+from strata.series.answers import stored_answer
 from strata.series.cost import folded
 from strata.series.evaluate import occurrence
 from strata.series.normalize import View
 from strata.series.stored import (
+    OCCURRENCE,
     SEGMENT,
     SEGMENTS,
+    changes_flow,
     column_bytes,
     increment_of,
     merged,
@@ -63,7 +67,6 @@ if TYPE_CHECKING:
     from strata.series.program import SeriesProgram
 
 CORRECTED = "_segment"  # the corrections flow's column: the segment a row belongs to
-OCCURRENCE = "_occurrence"  # a change's occurrence, by its newest segment
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +74,6 @@ log = logging.getLogger(__name__)
 def corrections_flow(stream: str) -> str:
     """The flow corrections of ``stream``'s segments are ingested into."""
     return f"{stream}_corrections"
-
-
-def changes_flow(series: str) -> str:
-    """The flow of a series' re-emitted occurrences, as changes."""
-    return f"{series}_changes"
 
 
 def corrections_ddl(columns: Mapping[str, str]) -> str:
@@ -146,11 +144,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         redo = {(fp, k): views_by_fp[fp] for fp, by_segment in stored.items()
                 if fp in views_by_fp for k in taken if str(k) in by_segment}
         reemit = _reemitted(program, n, taken)
-        old_needed, new_needed = _unstored(program, reemit, stored, redo, before)
-        new_fresh = program.plain_frames(ctx, {**before, **replaced}, {**redo, **new_needed},
-                                          dict.fromkeys([*redo, *new_needed], 1), cached)
-        old_fresh = program.plain_frames(ctx, before, old_needed,
-                                          dict.fromkeys(old_needed, 1), cached)
+        needed = _unstored(program, reemit, stored, redo, before)
+        new_fresh = program.plain_frames(ctx, {**before, **replaced}, {**redo, **needed},
+                                          dict.fromkeys([*redo, *needed], 1), cached)
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                              ctx.token)
         for fp, k in sorted(redo):
@@ -162,11 +158,10 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         written, driver_bytes = staged_views(ctx.layout, sorted(redo), tables.staged)
         driver: set[str] = set()
         answers = []
-        old_read = functools.partial(program.read_views, spark, tables, stored, old_fresh)
         new_read = functools.partial(program.read_views, spark, tables, stored, new_fresh)
         for name, newest in reemit.items():
             plan = program.active[name]
-            diffs = [_difference(occurrence(plan, m, old_read, spark),
+            diffs = [_difference(_answered(ctx, program, name, m),
                                  occurrence(plan, m, new_read, spark), m) for m in newest]
             if diffs:
                 changes = functools.reduce(lambda a, b: a.unionByName(b), diffs)
@@ -222,10 +217,10 @@ def _reemitted(program: SeriesProgram, n: int, taken: Sequence[int]) -> dict[str
 def _unstored(program: SeriesProgram, reemit: Mapping[str, Sequence[int]],
               stored: Mapping[str, Mapping[str, dict]],
               redo: Mapping[tuple[str, int], View], kept: Mapping[int, Increment]
-              ) -> tuple[dict[tuple[str, int], View], dict[tuple[str, int], View]]:
+              ) -> dict[tuple[str, int], View]:
     """The views the re-emitted occurrences read that the stage does not store (a raw
-    plan's rows, a view no later occurrence needed): computed from the raw segments, once
-    as they were (old) and once corrected (new; a recomputed view is new already)."""
+    plan's rows, a view no later occurrence needed) and does not recompute already:
+    computed from the raw segments, as corrected."""
     old: dict[tuple[str, int], View] = {}
     for name, newest in reemit.items():
         plan = program.active[name]
@@ -239,14 +234,37 @@ def _unstored(program: SeriesProgram, reemit: Mapping[str, Sequence[int]],
     if missing:  # a series added or switched to its raw plan after those segments went
         raise StrataError(f"cannot re-emit occurrences of {sorted(reemit)}: segments "
                           f"{missing} are no longer kept, as rows or as views")
-    return old, {key: v for key, v in old.items() if key not in redo}
+    return {key: v for key, v in old.items() if key not in redo}
+
+
+def _answered(ctx: EpochContext, program: SeriesProgram, name: str, m: int) -> DataFrame:
+    """The answer of series ``name`` at occurrence ``m`` as it stands, each row with its
+    multiplicity: the rows the occurrence wrote, with the changes re-emitted since.
+
+    Read back rather than computed again from the old data: the series may run another
+    plan now (views or raw), whose floating-point sums differ from the written ones in
+    their last bits, and a retraction must match a written row exactly."""
+    spark, ddl = ctx.spark, program.output_ddl(name)
+    try:
+        stored = stored_answer(ctx.home, name, m)
+    except StrataError:  # never answered (its window was incomplete): every row is new
+        return spark.createDataFrame([], f"{ddl}, `{MULT}` bigint")
+    parts = [spark.read.schema(ddl).parquet(*stored.answer.files)
+             .withColumn(MULT, F.lit(1).cast("bigint"))] if stored.answer.files else []
+    parts += [spark.read.schema(program.changes_ddl(name)).parquet(*inc.files)
+              .where(F.col(OCCURRENCE) == m).drop(OCCURRENCE)
+              for inc in stored.changes if inc.files]
+    if not parts:
+        return spark.createDataFrame([], f"{ddl}, `{MULT}` bigint")
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
 
 def _difference(old: DataFrame, new: DataFrame, newest: int) -> DataFrame:
-    """``new`` − ``old`` as changes of the occurrence ``newest``: rows with a net
-    multiplicity (+n inserted, −n retracted), none where the answers agree."""
-    cols = old.columns
-    both = old.withColumn(MULT, F.lit(-1)).unionByName(new.withColumn(MULT, F.lit(1)))
+    """``new`` − ``old`` (``old`` with a multiplicity per row) as changes of the occurrence
+    ``newest``: rows with a net multiplicity (+n inserted, −n retracted), none where the
+    answers agree."""
+    cols = new.columns
+    both = old.withColumn(MULT, -F.col(MULT)).unionByName(new.withColumn(MULT, F.lit(1)))
     net = both.groupBy(*cols).agg(F.sum(MULT).alias(MULT)).where(F.col(MULT) != 0)
     return net.select(F.lit(newest).cast("bigint").alias(OCCURRENCE), *cols,
                       F.col(MULT).cast("bigint").alias(MULT))

@@ -23,6 +23,12 @@ from strata.storage.manifest import StateSnapshot
 VIEWS = "views"  # the jumbo passes' directory under state/<stage>/ (tables/: the rest)
 SEGMENTS = "segments"  # corrected raw segments, under state/<stage>/
 SEGMENT = "_s"  # the segment number of a view's rows in its co-located table
+OCCURRENCE = "_occurrence"  # a re-emitted change's occurrence, by its newest segment
+
+
+def changes_flow(series: str) -> str:
+    """The flow of a series' re-emitted occurrences, as changes."""
+    return f"{series}_changes"
 
 
 def views_of(snap: StateSnapshot) -> dict[str, dict[str, dict]]:
