@@ -33,9 +33,7 @@ def _dataflow(series, shared_scan=False):
 def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
     rng = random.Random(7)
     segments = [segment(rng, rng.choice([0, 6, 30])) for _ in range(6)]
-    # views forced: on rows this few, κ may make the raw window the cheaper plan
-    series = [Series(name, sql, tables, period, plan="views")
-              for name, sql, tables, period in SERIES]
+    series = [Series(name, sql, tables, period) for name, sql, tables, period in SERIES]
     df = _dataflow(series, shared_scan=True)
     stage = series_stage_name("log")
     program = df.stages[stage].program

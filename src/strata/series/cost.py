@@ -27,9 +27,7 @@ cheaper plan for every window shape; the raw plan wins only where an aggregate
 shuffles less than its stored view plus the reads of it.
 
 Only partial views differ between the plans (rows views and joins cost the same in
-both). Without statistics yet, a series keeps views. Both estimates are scaled, part by
-part, by what the stream's earlier epochs measured over what was estimated (``κ``, see
-below), the same correction the scan-sharing choice gets.
+both). Without statistics yet, a series keeps views.
 
 **Sharing a scan** (:func:`scan_sharing`). The new segment's stored partial views are
 computed either each by its own plan (a pruned scan of its columns and an exchange of its
@@ -144,17 +142,16 @@ def raw_estimate(plan: SeriesPlan, column_bytes: Mapping[str, float],
 
 def choose(plan: SeriesPlan, column_bytes: Mapping[str, float],
            view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE,
-           beta: float = RAW_SHUFFLE, kappa: Mapping[str, float] | None = None
-           ) -> tuple[str, dict[str, dict[str, float]]]:
+           beta: float = RAW_SHUFFLE) -> tuple[str, dict[str, dict[str, float]]]:
     """``views`` or ``raw`` for the series of ``plan`` (its normalized plan), with the
-    estimates of both (empty without statistics: then ``views``). Each part of both is
-    scaled by ``kappa`` (measured over estimated bytes of the stream's earlier epochs,
-    per part), so that a part the formulas underrate weighs what it measured."""
+    estimates of both (empty without statistics: then ``views``). Not scaled by ``κ``:
+    it is learned from epochs estimated with the views' formulas (``α``), and applied to
+    the raw plan's shuffle (``β``) it moved series to raw plans that cost more
+    (docs/series.md, "Not built yet")."""
     kept = estimates(plan, column_bytes, view_bytes, alpha)
     raw = raw_estimate(plan, column_bytes, view_bytes, beta)
     if kept is None or raw is None or not any(v.kind == "partial" for v in plan.view_list()):
         return "views", {}
-    kept, raw = scaled(kept, kappa or {}), scaled(raw, kappa or {})
     return ("raw" if raw.io < kept.io else "views",
             {"views": kept.to_json(), "raw": raw.to_json()})
 

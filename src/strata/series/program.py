@@ -183,7 +183,7 @@ class SeriesProgram(StageProgram):
         out = {}
         for s in self.series:
             plan, est = choose(self.plans[s.name], stats.get("columns", {}),
-                               stats.get("views", {}), kappa=stats.get("kappa", {}))
+                               stats.get("views", {}))
             out[s.name] = {"plan": plan if s.plan == "auto" else s.plan, "estimates": est,
                            "forced": s.plan != "auto"}
         return out
