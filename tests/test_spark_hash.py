@@ -81,3 +81,14 @@ def test_sliced_and_chunked_columns_hash_as_their_rows(spark):
                                    pa.array([1], pa.uint64())])
 def test_unsupported_types_are_left_to_spark(array):
     assert spark_hash([array]) is None and partitions([array], 4) is None
+
+
+def test_long_strings_at_every_alignment_hash_as_spark_does(spark):
+    rng = np.random.default_rng(3)
+    words = [f"https://site{i % 7}.example.com/" + "p/" * int(rng.integers(0, 30)) + "é" * (i % 3)
+             for i in range(301)]
+    column = pa.array(words, pa.string()).slice(1)  # rows start at every byte alignment
+    df = spark.createDataFrame(pa.table({"s": column}), "s string").coalesce(1)
+    want = [r["h"] for r in df.selectExpr("hash(s) AS h").collect()]
+    got = spark_hash([column])
+    assert got is not None and got.tolist() == want

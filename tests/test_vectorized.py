@@ -373,6 +373,7 @@ def test_the_vectorized_url_count_equals_the_per_group_one(spark, grouping, wher
     from strata.apps.urlcount import urlcount_dataflow, urlcount_vectorized_dataflow
 
     batches = [{"urls": [{"url": f"u{(i * e) % 11}"} for i in range(15)]} for e in (1, 2, 3)]
+    batches.append({"urls": [{"url": "u1"}, {"url": "u12"}, {"url": "u1"}]})  # most unseen
     vectorized = urlcount_vectorized_dataflow(grouping)
     compare(spark, vectorized, batches, partitions=2, where=where)  # == its own reference
     per_group = run_dataflow(urlcount_dataflow(grouping), batches, ReferenceRunner())

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from typing import Literal
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from strata.model import Dataflow, Emitter, Input, State
 from strata.model.vectorized import VectorResult
@@ -52,11 +54,19 @@ def count_urls_vectorized(state: pd.DataFrame | None, inputs: Mapping[str, pd.Da
     Under outer grouping ``state`` also holds URLs not seen this epoch: they are kept."""
     assert state is not None  # the stage declares state
     seen = inputs["urls"]["url"].value_counts().rename("seen").reset_index()
-    counts = state.merge(seen, on="url", how="outer")
-    counts["count"] = (counts["count"].fillna(0).astype("int64")
-                       + counts["seen"].fillna(0).astype("int64"))
-    changed = counts.loc[counts["seen"].notna(), ["url", "count"]]
-    return VectorResult({"counts": changed}, counts[["url", "count"]])
+    # a left join on the URLs seen (an outer merge would also sort the union of the keys:
+    # half its time on the URL-count benchmark)
+    joined = seen.merge(state.rename(columns={"count": "before"}), on="url", how="left")
+    changed = pd.DataFrame({"url": joined["url"], "count": joined["before"].fillna(0)
+                            .astype("int64") + joined["seen"]})
+    if joined["before"].notna().sum() == len(state):  # every stored URL was seen again
+        return VectorResult({"counts": changed}, changed)
+    # outer grouping: the URLs not seen this epoch keep their counts (pyarrow's hash set:
+    # pandas' isin over Arrow strings loops in Python)
+    unseen = ~pc.is_in(pa.array(state["url"]), value_set=pa.array(changed["url"])).to_numpy(
+        zero_copy_only=False)
+    kept = state.loc[unseen, ["url", "count"]]
+    return VectorResult({"counts": changed}, pd.concat([kept, changed], ignore_index=True))
 
 
 def urlcount_vectorized_dataflow(grouping: Literal["outer", "inner"] = "inner") -> Dataflow:

@@ -63,35 +63,41 @@ def _hash_long(v: np.ndarray, seed: np.ndarray) -> np.ndarray:
 
 def _hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     """Spark's ``hashUnsafeBytes``: 4-byte little-endian words, then each tail byte
-    (sign-extended) mixed on its own, then ``fmix`` with the length. Vectorized over rows
-    as a zero-padded byte matrix, one column of words at a time."""
+    (sign-extended) mixed on its own, then ``fmix`` with the length. Vectorized over rows,
+    one word of every row at a time: the data buffer is viewed as 32-bit words at each of
+    the four byte alignments, so word *j* of every row is one gather (no row × width byte
+    matrix: that cost twice the time, in memory traffic)."""
     wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     offsets = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)[
         arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
     data_buf = arr.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    aligned = lengths // 4
     width = int(lengths.max(initial=0))
-    width += -width % 4
-    if len(arr) * width > MAX_STRING_MATRIX:
+    if len(arr) * (width + -width % 4) > MAX_STRING_MATRIX:
         raise _Unsupported
     h = seed.copy()
-    if width:
-        cols = np.arange(width)
-        index = offsets[:-1, None] + cols[None, :]
-        inside = cols[None, :] < lengths[:, None]
-        matrix = np.where(inside, data[np.minimum(index, max(len(data) - 1, 0))]
-                          if len(data) else 0, 0).astype(np.uint8)
-        words = np.ascontiguousarray(matrix).view("<u4")
-        aligned = lengths // 4
-        for j in range(width // 4):
-            h = np.where(j < aligned, _mix_h1(h, _mix_k1(words[:, j])), h)
-        for t in range(3):
-            pos = aligned * 4 + t
-            active = pos < lengths
-            byte = matrix[np.arange(len(arr)), np.minimum(pos, width - 1)]
-            k = byte.view(np.int8).astype(np.int32).view(np.uint32)
-            h = np.where(active, _mix_h1(h, _mix_k1(k)), h)
+    words = int(aligned.max(initial=0))
+    if words:
+        padded = np.zeros(len(data) + 8, np.uint8)
+        padded[:len(data)] = data
+        m = (len(padded) - 3) // 4
+        by_alignment = np.empty((4, m), np.uint32)
+        for a in range(4):
+            by_alignment[a] = padded[a:a + 4 * m].view("<u4")
+        alignment, first = starts & 3, starts >> 2
+        for j in range(words):
+            word = by_alignment[alignment, np.minimum(first + j, m - 1)]
+            h = np.where(j < aligned, _mix_h1(h, _mix_k1(word)), h)
+    last = max(len(data) - 1, 0)
+    tail = starts + aligned * 4
+    for t in range(3):
+        active = aligned * 4 + t < lengths
+        if not active.any():
+            break
+        k = data[np.minimum(tail + t, last)].view(np.int8).astype(np.int32).view(np.uint32)
+        h = np.where(active, _mix_h1(h, _mix_k1(k)), h)
     return _fmix(h, lengths.astype(np.uint32))
 
 
