@@ -221,7 +221,7 @@ def _unstored(program: SeriesProgram, reemit: Mapping[str, Sequence[int]],
     """The views the re-emitted occurrences read that the stage does not store (a raw
     plan's rows, a view no later occurrence needed) and does not recompute already:
     computed from the raw segments, as corrected."""
-    old: dict[tuple[str, int], View] = {}
+    needed: dict[tuple[str, int], View] = {}
     for name, newest in reemit.items():
         plan = program.active[name]
         for m in newest:
@@ -229,12 +229,12 @@ def _unstored(program: SeriesProgram, reemit: Mapping[str, Sequence[int]],
             for v in plan.view_list():
                 for j in window[v.table]:
                     if str(j) not in stored.get(v.fingerprint, {}):
-                        old[(v.fingerprint, j)] = v
-    missing = sorted({j for _, j in old if j not in kept})
+                        needed[(v.fingerprint, j)] = v
+    missing = sorted({j for _, j in needed if j not in kept})
     if missing:  # a series added or switched to its raw plan after those segments went
         raise StrataError(f"cannot re-emit occurrences of {sorted(reemit)}: segments "
                           f"{missing} are no longer kept, as rows or as views")
-    return {key: v for key, v in old.items() if key not in redo}
+    return {key: v for key, v in needed.items() if key not in redo}
 
 
 def _answered(ctx: EpochContext, program: SeriesProgram, name: str, m: int) -> DataFrame:
