@@ -247,13 +247,13 @@ def _answered(ctx: EpochContext, program: SeriesProgram, name: str, m: int) -> D
     spark, ddl = ctx.spark, program.output_ddl(name)
     try:
         stored = stored_answer(ctx.home, name, m)
+        written, changes = stored.answer.files, [c.files for c in stored.changes if c.files]
     except StrataError:  # never answered (its window was incomplete): every row is new
-        return spark.createDataFrame([], f"{ddl}, `{MULT}` bigint")
-    parts = [spark.read.schema(ddl).parquet(*stored.answer.files)
-             .withColumn(MULT, F.lit(1).cast("bigint"))] if stored.answer.files else []
-    parts += [spark.read.schema(program.changes_ddl(name)).parquet(*inc.files)
-              .where(F.col(OCCURRENCE) == m).drop(OCCURRENCE)
-              for inc in stored.changes if inc.files]
+        written, changes = [], []
+    parts = [spark.read.schema(ddl).parquet(*written)
+             .withColumn(MULT, F.lit(1).cast("bigint"))] if written else []
+    parts += [spark.read.schema(program.changes_ddl(name)).parquet(*files)
+              .where(F.col(OCCURRENCE) == m).drop(OCCURRENCE) for files in changes]
     if not parts:
         return spark.createDataFrame([], f"{ddl}, `{MULT}` bigint")
     return functools.reduce(lambda a, b: a.unionByName(b), parts)

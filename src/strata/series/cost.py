@@ -156,12 +156,6 @@ def choose(plan: SeriesPlan, column_bytes: Mapping[str, float],
             {"views": kept.to_json(), "raw": raw.to_json()})
 
 
-def scaled(estimate: Estimate, kappa: Mapping[str, float]) -> Estimate:
-    """``estimate`` with each part multiplied by its ``κ`` (1 where none is learned)."""
-    return Estimate(*(kappa.get(p, 1.0) * getattr(estimate, p)
-                      for p in ("read", "shuffled", "written")))
-
-
 def view_fields(view: View) -> int:
     """The fields of a partial view's shuffled rows: its keys and monoid parts."""
     node = view.node
@@ -212,9 +206,12 @@ def epoch_estimates(scan: Mapping[str, Mapping[str, float]], answering: Estimate
                     kappa: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """Each scan plan's estimate of the whole epoch (its views and the occurrences),
     each part scaled by what earlier epochs measured over what was estimated (``κ``)."""
-    return {plan: scaled(Estimate(*(e[p] + getattr(answering, p)
-                                    for p in ("read", "shuffled", "written"))), kappa
-                         ).to_json() for plan, e in scan.items()}
+    out = {}
+    for plan, e in scan.items():
+        parts = {p: kappa.get(p, 1.0) * (e[p] + getattr(answering, p))
+                 for p in ("read", "shuffled", "written")}
+        out[plan] = Estimate(**parts).to_json()
+    return out
 
 
 def measured(metrics: Mapping[str, Any] | None) -> dict[str, float] | None:
