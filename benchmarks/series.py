@@ -24,7 +24,8 @@ yesterday's) ``cache()``d by hand and shared by the three queries.
 Per day and configuration: bytes read (Spark's input bytes), shuffle bytes written,
 bytes written (output bytes; view and answer files written by the driver are counted from
 their sizes), seconds; every strata answer is checked against DuckDB over the raw
-segments. I/O = read + shuffled + written.
+segments. I/O = read + shuffled + written. A warm-up (the original and a strata run
+over the first days, not reported) runs first, so no configuration runs on a cold JVM.
 
     python benchmarks/series.py [--quick] --json PATH [--plot PATH.png]
 
@@ -69,6 +70,7 @@ SERIES = {
            {"today": "log", "yesterday": "log[-1]"}, 1),
 }
 MARKETS = [f"m{i:02d}" for i in range(30)]
+WARMUP_DAYS = 3
 
 
 def log(msg: str) -> None:
@@ -306,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     try:
         files = segments(cfg, tmp, args.seed)
+        # warm-up, not reported: the JVM's JIT, Python workers and imports would
+        # otherwise slow the first configuration's early days (original ran cold)
+        log("warm-up")
+        run_original(spark, metrics, files[:WARMUP_DAYS], tmp / "warm", cache_by_hand=False)
+        run_strata(spark, metrics, files[:WARMUP_DAYS], tmp / "warm", [list(SERIES)],
+                   args.partitions)
         runs = {}
         log("original")
         runs["original"] = run_original(spark, metrics, files, tmp, cache_by_hand=False)
