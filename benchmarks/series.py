@@ -24,8 +24,8 @@ yesterday's) ``cache()``d by hand and shared by the three queries.
 Per day and configuration: bytes read (Spark's input bytes), shuffle bytes written,
 bytes written (output bytes; view and answer files written by the driver are counted from
 their sizes), seconds; every strata answer is checked against DuckDB over the raw
-segments. I/O = read + shuffled + written. A warm-up (the original and a strata run
-over the first days, not reported) runs first, so no configuration runs on a cold JVM.
+segments. I/O = read + shuffled + written. In a full run a warm-up (the original and a
+strata run over the first days, not reported) runs first: no configuration runs cold.
 
     python benchmarks/series.py [--quick] --json PATH [--plot PATH.png]
 
@@ -58,7 +58,7 @@ from series_sweep import sweep, sweep_segments
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"days": 14, "rows": 400_000, "queries": 20_000, "urls": 200_000, "users": 50_000}
-QUICK = {"days": 8, "rows": 20_000, "queries": 2_000, "urls": 5_000, "users": 2_000}
+QUICK = {"days": 7, "rows": 20_000, "queries": 2_000, "urls": 5_000, "users": 2_000}
 DDL = "A string, B bigint, C bigint, D bigint, E bigint"
 SERIES = {
     "q1": ("SELECT A, B, E, count(*) AS n FROM log WHERE E <= 3 GROUP BY A, B, E",
@@ -70,11 +70,14 @@ SERIES = {
            {"today": "log", "yesterday": "log[-1]"}, 1),
 }
 MARKETS = [f"m{i:02d}" for i in range(30)]
-WARMUP_DAYS = 3
+WARMUP_DAYS = 3  # full runs only: --quick reports no seconds anyone quotes
+
+
+_STARTED = time.perf_counter()
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    print(f"[{time.perf_counter() - _STARTED:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
 
 def zipf(rng: np.random.Generator, n: int, size: int, a: float = 1.2) -> np.ndarray:
@@ -310,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         files = segments(cfg, tmp, args.seed)
         # warm-up, not reported: the JVM's JIT, Python workers and imports would
         # otherwise slow the first configuration's early days (original ran cold)
-        log("warm-up")
-        run_original(spark, metrics, files[:WARMUP_DAYS], tmp / "warm", cache_by_hand=False)
-        run_strata(spark, metrics, files[:WARMUP_DAYS], tmp / "warm", [list(SERIES)],
-                   args.partitions)
+        if not args.quick:
+            log("warm-up")
+            warm = files[:WARMUP_DAYS]
+            run_original(spark, metrics, warm, tmp / "warm", cache_by_hand=False)
+            run_strata(spark, metrics, warm, tmp / "warm", [list(SERIES)], args.partitions)
         runs = {}
         log("original")
         runs["original"] = run_original(spark, metrics, files, tmp, cache_by_hand=False)
