@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = segments(cfg, tmp, args.seed)
         # warm-up, not reported: the JVM's JIT, Python workers and imports would
-        # otherwise slow the first configuration's early days (original ran cold)
+        # otherwise slow whichever configuration runs first
         if not args.quick:
             log("warm-up")
             warm = files[:WARMUP_DAYS]
