@@ -45,6 +45,10 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "nested_group_by": (
         "SELECT c, count(*) AS n FROM (SELECT x, count(*) AS c FROM R GROUP BY x) t "
         "GROUP BY c", None),
+    "with_ctes": (  # CTEs inlined as subqueries; the second reads the first
+        "WITH big AS (SELECT x, y FROM R WHERE y > 1), named AS (SELECT id, grp FROM D), "
+        "hits AS (SELECT named.grp AS g, big.y AS y FROM big JOIN named ON big.x = named.id) "
+        "SELECT g, count(*) AS c, sum(y) AS s FROM hits GROUP BY g", None),
     "in_subquery": ("SELECT x, y FROM R WHERE x IN (SELECT id FROM D WHERE grp = 'a')", None),
     "user_aggregate": ("SELECT x, sumsq(y) AS q FROM R GROUP BY x",
                        "SELECT x, coalesce(sum(y * y), 0) AS q FROM R GROUP BY x"),

@@ -84,6 +84,19 @@ def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
         assert any(m["windows_refined"] for m in metrics)
 
 
+def test_a_window_query_written_with_a_cte_reads_its_flow(spark, tmp_path):
+    """``WITH`` inlined: the query reads ``log`` through the CTE, and every result equals
+    DuckDB's over the plain query's cells."""
+    cte = ("WITH big AS (SELECT ts, host, url, bytes, user FROM log WHERE bytes > 5) "
+           + SQL.replace("FROM log WHERE bytes > 5 GROUP BY url",
+                         "FROM big GROUP BY url, WINDOW(ts, 4, 2, host)"))
+    query = from_sql("w", cte, eviction=Eviction(deadline=0, lateness=6))
+    assert query.flow == "log"
+    raw = increments(random.Random(3), 2, epochs=3, span=6)
+    with _run(spark, tmp_path, query, raw) as (_, checked, _m):
+        assert checked
+
+
 def test_failure_eviction_emits_without_a_silent_source_then_fills_the_gap(spark, tmp_path):
     rng = random.Random(9)
     raw = increments(rng, 3, epochs=5, span=6, silent=0.0, late=0.0)

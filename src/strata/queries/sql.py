@@ -4,10 +4,10 @@ Supported: ``SELECT [DISTINCT] … FROM flow [alias] [JOIN flow ON a.x = b.y [AN
 (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``, which
 joins each row with the center that minimizes ``distance``), ``WHERE`` (including
 ``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
-``GROUP BY``, ``HAVING``, ``ORDER BY`` and
-``LIMIT``; aggregates ``count``, ``count(distinct …)``, ``sum``, ``avg``, ``min``,
-``max``, ``stddev``/``variance`` (sample and population) and user aggregates. Anything
-else is refused with a message that names it.
+``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT`` and ``WITH`` (its CTEs inlined as
+subqueries, :mod:`strata.queries.ctes`); aggregates ``count``, ``count(distinct …)``,
+``sum``, ``avg``, ``min``, ``max``, ``stddev``/``variance`` (sample and population) and
+user aggregates. Anything else is refused with a message that names it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from strata.queries.algebra import (
     Scan,
     passthrough,
 )
+from strata.queries.ctes import inline_ctes
 from strata.queries.errors import NotIncrementalError, QueryError
 from strata.queries.expressions import MULT, and_all, col, conjuncts, is_aggregate
 from strata.queries.monoids import AggCall, UserAggregate
@@ -44,12 +45,7 @@ def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
     """The query ``sql`` over ``flows`` (flow name → column → Spark type; a ``_mult``
     column marks a flow with deletes). ``keys`` declares flows' unique keys (for joins);
     ``aggregates`` names user aggregates the SQL may call."""
-    try:
-        tree = sqlglot.parse_one(sql, read="spark")
-    except sqlglot.errors.ParseError as e:
-        raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
-    if not isinstance(tree, exp.Select):
-        raise QueryError(f"only SELECT queries are supported, not {tree.key.upper()}")
+    tree = parse_select(sql)
     over = tree.find(exp.Window)
     if over is not None:  # found before its columns are checked against a GROUP BY
         raise NotIncrementalError(
@@ -58,6 +54,27 @@ def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
             "Controller.answer), or use WINDOW(ts, range, slide) in GROUP BY for time "
             "windows")
     return _Converter(flows, keys or {}, aggregates or {}).query(tree)
+
+
+def parse_select(sql: str) -> exp.Select:
+    """``sql`` parsed (Spark's dialect), its ``WITH`` clauses inlined; a QueryError if
+    it does not parse or is not a ``SELECT``."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
+    if isinstance(tree, exp.Alias | exp.Column | exp.Identifier):  # e.g. "SELEC x"
+        raise QueryError(f"cannot parse the query: {sql.strip()[:60]!r} is not a SELECT")
+    if not isinstance(tree, exp.Select):
+        raise QueryError(f"only SELECT queries are supported, not {tree.key.upper()}")
+    tree = inline_ctes(tree)
+    assert isinstance(tree, exp.Select)
+    return tree
+
+
+def tables_read(sql: str) -> list[str]:
+    """The flows (tables) ``sql`` reads, sorted, once its CTEs are inlined."""
+    return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
 
 
 class _Scope:

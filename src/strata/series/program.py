@@ -34,7 +34,7 @@ from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, set_confs, write_parquet
-from strata.queries.sql import parse_sql
+from strata.queries.sql import parse_sql, tables_read
 from strata.queries.tables import QueryTables
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import (
@@ -113,21 +113,13 @@ class Series:
 def plan_of(series: Series, stream: str, columns: Mapping[str, str], raw: bool = False
             ) -> SeriesPlan:
     """Parse and normalize ``series`` over ``stream`` (whose columns are ``columns``)."""
-    import sqlglot
-    from sqlglot import exp
-
     try:
-        tree = sqlglot.parse_one(series.sql, read="spark")
-    except sqlglot.errors.ParseError as e:
-        raise StrataError(f"series {series.name!r}: cannot parse the query: "
-                          f"{e.errors[0]['description']}") from None
-    tables = sorted({t.name for t in tree.find_all(exp.Table)})
-    unknown = set(series.tables) - set(tables)
-    if unknown:
-        raise StrataError(f"series {series.name!r} binds {sorted(unknown)}, which its query "
-                          f"does not read (it reads {tables})")
-    schedule = series.schedule(stream, tables)
-    try:
+        tables = tables_read(series.sql)
+        unknown = set(series.tables) - set(tables)
+        if unknown:
+            raise StrataError(f"series {series.name!r} binds {sorted(unknown)}, which its "
+                              f"query does not read (it reads {tables})")
+        schedule = series.schedule(stream, tables)
         return plan_series(parse_sql(series.sql, dict.fromkeys(tables, dict(columns))),
                            schedule, columns, raw)
     except QueryError as e:  # the same error, saying which series it is about

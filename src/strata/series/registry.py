@@ -39,17 +39,17 @@ def find(catalog: Catalog, name: str) -> tuple[SeriesProgram, Series]:
 def stream_of(series: Series, flows: Sequence[str]) -> str:
     """The stream ``series`` reads: the one stream its bound tables name, else the one
     flow its query reads."""
-    import sqlglot
-    from sqlglot import exp
-
+    from strata.queries.errors import QueryError
+    from strata.queries.sql import tables_read
     from strata.series.windows import Segments
 
     try:
-        tables = {t.name for t in sqlglot.parse_one(series.sql, read="spark")
-                  .find_all(exp.Table)}
-    except sqlglot.errors.ParseError as e:
-        raise StrataError(f"series {series.name!r}: cannot parse the query: "
-                          f"{e.errors[0]['description']}") from None
+        tables = tables_read(series.sql)
+    except QueryError as e:
+        raise StrataError(f"series {series.name!r}: {e}") from None
+    if not tables:
+        raise StrataError(f"series {series.name!r}: the query reads no table; a series "
+                          "reads segments of a stream (SELECT … FROM STREAM)")
     streams = {Segments.parse(series.tables.get(t, t)).stream for t in tables}
     if len(streams) != 1:
         raise StrataError(f"series {series.name!r} reads {sorted(streams)}: a series reads "

@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from strata.model.errors import StrataError
 from strata.queries.algebra import GroupBy
+from strata.queries.ctes import inline_ctes
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
 from strata.queries.incremental import GroupPlan
@@ -85,6 +86,7 @@ def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
                                  read="spark")
     except sqlglot.errors.ParseError as e:
         raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
+    tree = inline_ctes(tree)
     group = tree.args.get("group") if isinstance(tree, exp.Select) else None
     calls = [g for g in (group.expressions if group else [])
              if isinstance(g, exp.Anonymous) and g.name.upper() == _CALL]
