@@ -49,6 +49,13 @@ SHAPES: dict[str, tuple[str, str | None]] = {
         "WITH big AS (SELECT x, y FROM R WHERE y > 1), named AS (SELECT id, grp FROM D), "
         "hits AS (SELECT named.grp AS g, big.y AS y FROM big JOIN named ON big.x = named.id) "
         "SELECT g, count(*) AS c, sum(y) AS s FROM hits GROUP BY g", None),
+    "date_keys": (  # date functions as group keys (no time zone in play)
+        "SELECT trunc(date_add(DATE'2026-01-01', CAST(x * 20 AS INT)), 'MM') AS m, "
+        "weekofyear(date_add(DATE'2026-01-01', CAST(x * 20 AS INT))) AS w, count(*) AS c, "
+        "sum(y) AS s FROM R GROUP BY 1, 2",
+        "SELECT CAST(date_trunc('month', DATE '2026-01-01' + CAST(x * 20 AS INT)) AS DATE) "
+        "AS m, weekofyear(DATE '2026-01-01' + CAST(x * 20 AS INT)) AS w, count(*) AS c, "
+        "sum(y) AS s FROM R GROUP BY 1, 2"),
     "in_subquery": ("SELECT x, y FROM R WHERE x IN (SELECT id FROM D WHERE grp = 'a')", None),
     "user_aggregate": ("SELECT x, sumsq(y) AS q FROM R GROUP BY x",
                        "SELECT x, coalesce(sum(y * y), 0) AS q FROM R GROUP BY x"),
@@ -74,7 +81,7 @@ SHAPES: dict[str, tuple[str, str | None]] = {
 }
 RECOMPUTED = {"many_to_many_group_by", "many_to_many_rows"}
 VECTORIZED = {"insert_only_min_max", "insert_only_aggregates", "insert_only_string_key",
-              "group_by_expression", "deletes_aggregates", "distinct"}
+              "group_by_expression", "deletes_aggregates", "distinct", "date_keys"}
 
 
 def build(shapes=SHAPES) -> Dataflow:

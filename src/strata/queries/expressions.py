@@ -30,6 +30,17 @@ _INT_FUNCS = {"length", "char_length", "year", "month", "day", "dayofweek", "hou
               "second", "instr", "dayofmonth", "quarter"}
 _SAME_FUNCS = {"abs", "negative", "round", "bround", "coalesce", "nvl", "ifnull", "greatest",
                "least", "nullif", "signum"}
+# dates and times: (sqlglot's classes, Spark functions it leaves anonymous, result type)
+_TIME_FUNCS: tuple[tuple[tuple[type, ...], frozenset[str], str], ...] = (
+    ((exp.TimestampTrunc,), frozenset({"timestamp_seconds", "timestamp_millis",
+                                       "timestamp_micros"}), "timestamp"),
+    ((exp.DateTrunc, exp.TsOrDsToDate, exp.TsOrDsAdd, exp.LastDay, exp.AddMonths),
+     frozenset({"make_date", "next_day"}), "date"),
+    ((exp.TimeToStr, exp.UnixToStr), frozenset(), "string"),
+    ((exp.StrToUnix, exp.UnixSeconds), frozenset({"unix_millis", "unix_date"}), "bigint"),
+    ((exp.DateDiff, exp.WeekOfYear, exp.DayOfYear, exp.DayOfWeek), frozenset(), "int"),
+    ((exp.MonthsBetween,), frozenset(), "double"),
+)
 _BOOL_TYPES = (exp.Predicate, exp.Connector, exp.Not, exp.Between, exp.In, exp.Is, exp.Like,
                exp.ILike, exp.Boolean)
 AGGREGATES = {"count", "sum", "avg", "mean", "min", "max", "stddev", "stddev_samp",
@@ -198,5 +209,8 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
         if name in _SAME_FUNCS or isinstance(e, (exp.Abs, exp.Round, exp.Coalesce,
                                                  exp.Greatest, exp.Least, exp.Nullif)):
             return widest([type_of(a, schema) for a in args])
-        raise QueryError(f"function {name}() is not supported in queries")
+        for classes, names, type_ in _TIME_FUNCS:
+            if isinstance(e, classes) or name in names:
+                return type_
+        raise QueryError(f"function {e.sql(dialect='spark')} is not supported in queries")
     raise QueryError(f"expression {e.sql()!r} ({type(e).__name__}) is not supported in queries")

@@ -288,8 +288,8 @@ class _Converter:
             return AggCall(user.name, args[0], user=user)
         func = _AGG_NAMES.get(type(n))
         if func is None:
-            name = (n.name if isinstance(n, exp.Anonymous) else n.sql_name()).lower()
-            raise QueryError(f"aggregate {name}() is not supported; use count, sum, avg, min, "
+            raise QueryError(f"aggregate {n.sql(dialect='spark')} is not supported; use count, "
+                             "sum, avg, min, "
                              "max, count(distinct), stddev/variance, or declare a "
                              "UserAggregate")
         arg = n.this
