@@ -45,7 +45,7 @@ def fitted(df: DataFrame, schema: pa.Schema, flow: str) -> DataFrame:
         if field.name not in have:
             continue
         try:
-            got = to_arrow_type(have[field.name])
+            got = to_arrow_type(have[field.name], timezone="UTC")
         except (TypeError, NotImplementedError):
             got = None
         if got == field.type:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from strata.physical.vectorized import ARROW_CONF, arrow_enabled
@@ -237,7 +237,7 @@ def merged(plan: GroupPlan, h: DataFrame, state: DataFrame | None,
     state_cols = ["_g", *(p.name for p in plan.parts), *outputs, "_keep"]
     rows = m.select(state_cols)
     if state is not None:  # the state's own types, so the overlay merges in Arrow
-        target = to_arrow_schema(state.schema)
+        target = driver_rows.arrow_schema(state.schema)
         try:
             rows = rows.cast(pa.schema([target.field(c) for c in state_cols]))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):

@@ -22,12 +22,19 @@ from py4j.java_gateway import JavaObject
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from strata.physical.session import is_connect
 
 _HELD: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
 
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of Spark ``schema`` as strata stores it: timestamps in UTC
+    (Spark writes Parquet timestamps as UTC instants; pyarrow reads them back so)."""
+    return to_arrow_schema(schema, timezone="UTC")
 
 def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
     """A local DataFrame of ``table`` (whose columns are ``schema``'s), remembered as held.

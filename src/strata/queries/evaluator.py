@@ -14,7 +14,6 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
@@ -178,7 +177,7 @@ class Evaluator:
         reads them; else None."""
         schema = spark_type(self.program.flow_ddl[flow])
         try:
-            table = read_table(self._files(flow), to_arrow_schema(schema), DRIVER_ROWS)
+            table = read_table(self._files(flow), driver_rows.arrow_schema(schema), DRIVER_ROWS)
         except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return None
         if table is None:
@@ -290,7 +289,7 @@ class Evaluator:
             return None
         fields = {**{f.name: f for f in kr.schema.fields}, **{f.name: f for f in kl.schema.fields}}
         schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
-        arrow_schema = to_arrow_schema(schema)
+        arrow_schema = driver_rows.arrow_schema(schema)
         try:
             out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

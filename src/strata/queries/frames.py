@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
 from strata.physical.session import is_connect
@@ -56,7 +55,7 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
             rows = local_rows(df)
     if rows == 0:  # held as an empty table, so steps that follow can stay in Arrow
         return driver_rows.from_arrow(df.sparkSession,
-                                      to_arrow_schema(df.schema).empty_table(),
+                                      driver_rows.arrow_schema(df.schema).empty_table(),
                                       df.schema), 0
     table = limited.toArrow()
     if table.num_rows <= DRIVER_ROWS:
@@ -112,7 +111,7 @@ def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
     """An empty DataFrame of schema ``ddl`` that Spark's optimizer knows to be empty (a
     local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
     schema = spark_type(ddl)
-    return driver_rows.from_arrow(spark, to_arrow_schema(schema).empty_table(), schema)
+    return driver_rows.from_arrow(spark, driver_rows.arrow_schema(schema).empty_table(), schema)
 
 
 def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:

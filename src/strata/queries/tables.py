@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from strata.model.errors import StrataError
@@ -132,7 +131,7 @@ class QueryTables:
     def _read_small(self, name: str) -> pa.Table | None:
         if not self.has(name) or self.rows(name) > ARROW_ROWS:
             return None
-        return read_table(self.live[name]["files"], to_arrow_schema(self.schema(name)),
+        return read_table(self.live[name]["files"], driver_rows.arrow_schema(self.schema(name)),
                           cache=True)
 
     def rows(self, name: str) -> int:
@@ -316,7 +315,7 @@ class QueryTables:
             parts.append(mine.filter(pc.fill_null(mine.column("_live"), False))
                          .drop_columns(["_live"]))
         schema = self._row_schema(name)
-        arrow_schema = to_arrow_schema(schema)
+        arrow_schema = driver_rows.arrow_schema(schema)
         try:
             rows = pa.concat_tables([p.select(arrow_schema.names).cast(arrow_schema)
                                      for p in parts])
