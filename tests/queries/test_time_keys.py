@@ -1,6 +1,6 @@
 """Timestamps through queries and series: a flow with a ``timestamp`` column, grouped by
-hour and day (``date_trunc``, ``to_date``, ``date_format``), after every increment equals
-DuckDB's answer over all rows so far (both in UTC)."""
+hour and day (``date_trunc``, ``to_date``, ``date_format``), after every increment (files
+or a Spark DataFrame) equals DuckDB's answer over all rows so far (both in UTC)."""
 
 from __future__ import annotations
 
@@ -68,9 +68,12 @@ def test_time_keys_in_a_query_and_a_series_equal_duckdb(spark, utc, tmp_path):
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for i, n in enumerate([40, 0, 25, 60], 1):
             batches.append(_batch(rng, n))
-            path = tmp_path / f"ev-{i}.parquet"
-            pq.write_table(batches[-1], path)
-            c.ingest("ev", [str(path)])
+            if i == 3:  # a DataFrame's timestamps, checked against the flow's and written
+                c.ingest("ev", spark.createDataFrame(batches[-1].to_pandas()))
+            else:
+                path = tmp_path / f"ev-{i}.parquet"
+                pq.write_table(batches[-1], path)
+                c.ingest("ev", [str(path)])
             list(c.run())
             assert _rows(c.answer("per_hour"), cols) == _duckdb(batches, DUCKDB), i
             if i >= 2:  # the series' occurrence over the newest two segments
