@@ -1,4 +1,5 @@
-"""The CTE pass: SQL in, SQL out (``WITH`` inlined as subqueries), and what it refuses."""
+"""The CTE pass: SQL in, SQL out (``WITH`` inlined as subqueries); and what the SQL front
+end refuses, with the reason it gives."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def test_the_flows_a_query_reads_are_its_tables_without_ctes():
     ("SELEC a FROM r", "cannot parse the query"),
     ("SELEC nonsense", "is not a SELECT"),
     ("DELETE FROM r", "only SELECT queries are supported, not DELETE"),
+    ("SELECT a FROM r WHERE a NOT IN (SELECT a FROM s)", "NOT IN, EXISTS"),
+    ("SELECT a FROM r WHERE EXISTS (SELECT a FROM s WHERE s.a = r.a)", "NOT IN, EXISTS"),
+    ("SELECT a, count(*) AS c FROM r GROUP BY a HAVING nope > 1", "unknown column 'nope'"),
+    ("SELECT current_date() AS d, count(*) AS n FROM r GROUP BY 1", "CURRENT_DATE is not"),
+    ("SELECT approx_count_distinct(a) AS n FROM r", "aggregate APPROX_COUNT_DISTINCT"),
 ])
 def test_what_is_not_a_query_is_refused_with_a_reason(sql, message):
     with pytest.raises(QueryError, match=message):

@@ -35,6 +35,9 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "filter_project": ("SELECT x, y * 2 AS y2 FROM R WHERE y > 3", None),
     "having": ("SELECT x, sum(y) AS s FROM R GROUP BY x HAVING count(*) > 2", None),
     "group_by_expression": ("SELECT x % 3 AS b, sum(y) AS s FROM R GROUP BY x % 3", None),
+    "output_aliases": (  # GROUP BY and HAVING name the SELECT's outputs, as Spark allows
+        "SELECT y % 4 AS b, sum(x) AS total, count(*) AS n FROM R GROUP BY b "
+        "HAVING total > 2 AND n > 1", None),
     "distinct": ("SELECT DISTINCT x FROM R WHERE y IS NOT NULL", None),
     "join_one_to_many": ("SELECT D.name, R.y FROM R JOIN D ON R.x = D.id", None),
     "join_two_columns": ("SELECT D.name, R.x FROM R JOIN D ON R.x = D.id AND R.y = D.id",

@@ -193,6 +193,12 @@ class _Converter:
             for c in conjuncts(where.this):
                 if isinstance(c, exp.In) and c.args.get("query") is not None:
                     node = self._semi_join(node, scope, c)
+                elif any(isinstance(s, exp.Exists) or isinstance(s, exp.In) and s.args.get(
+                        "query") is not None for s in c.walk()):
+                    raise QueryError(
+                        f"{c.sql(dialect='spark')!r}: a subquery in WHERE is supported only "
+                        "as a conjunct `col IN (SELECT …)` (a semi-join); NOT IN, EXISTS and "
+                        "an IN under OR are not supported (write EXISTS as IN)")
                 else:
                     conds.append(scope.qualify(c))
         for e in conds:
@@ -238,7 +244,7 @@ class _Converter:
         for g in group_exprs:
             if isinstance(g, exp.Literal) and g.is_int:  # GROUP BY 1
                 g = items[int(g.this) - 1][1]
-            q = scope.qualify(g)
+            q = scope.qualify(_output_aliases(g, scope, items))
             if q.sql() in key_sql:
                 continue
             name = g.name if isinstance(g, exp.Column) else f"_k{len(keys)}"
@@ -271,7 +277,8 @@ class _Converter:
             return out
 
         outputs = tuple((n, lower(e)) for n, e in items)
-        hav = lower(having.this) if having is not None else None
+        hav = lower(_output_aliases(having.this, scope, items)) if having is not None \
+            else None
         return GroupBy(node, tuple(keys), tuple(aggs), outputs, hav)
 
     def _user_call(self, n: exp.Expression) -> UserAggregate | None:
@@ -344,6 +351,23 @@ class _Converter:
         if not (isinstance(e, exp.Literal) and e.is_int):
             raise QueryError("LIMIT needs a number")
         return int(e.this)
+
+
+def _output_aliases(e: exp.Expression, scope: _Scope,
+                    items: Sequence[tuple[str, exp.Expression]]) -> exp.Expression:
+    """``e`` (a GROUP BY or HAVING term) with each unqualified column that names no input
+    column but an output (``SELECT count(*) AS c … HAVING c > 1``) replaced by the
+    output's expression, as Spark resolves them; input columns win."""
+    outputs = {n.lower(): x for n, x in items}
+    inputs = {c.lower() for cols in scope.aliases.values() for c in cols}
+
+    def sub(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name.lower() not in inputs \
+                and n.name.lower() in outputs:
+            return outputs[n.name.lower()].copy()
+        return n
+
+    return e.transform(sub)
 
 
 def _default_name(e: exp.Expression) -> str:
