@@ -32,7 +32,7 @@ def _window_sql(range_: int, slide: int) -> str:
 
 
 @contextmanager
-def _run(spark, tmp_path, query, raw, sql=SQL, shed=False):
+def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
     """Run ``raw`` epoch by epoch, checking every result after each: (controller,
     results checked, each epoch's metrics)."""
     df = Dataflow("weblog")
@@ -44,7 +44,7 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False):
         for e, batch in enumerate(raw, 1):
             c.ingest("log", [write(tmp_path, batch)])
             metrics += [r.metrics for r in c.run()]
-            checked += check_epoch(c, query.name, e, raw, width, sql, shed)
+            checked += check_epoch(c, query.name, e, raw, width, sql, shed, source)
         yield c, checked, metrics
 
 
@@ -95,6 +95,17 @@ def test_a_window_query_written_with_a_cte_reads_its_flow(spark, tmp_path):
     raw = increments(random.Random(3), 2, epochs=3, span=6)
     with _run(spark, tmp_path, query, raw) as (_, checked, _m):
         assert checked
+
+
+def test_a_flow_without_a_source_column_is_one_source(spark, tmp_path):
+    """WINDOW(ts, range, slide) over a flow with no ``source`` column: its records are one
+    source (named like the flow), and every result equals DuckDB's over its cells."""
+    query = from_sql("w", SQL.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 4, 2)"),
+                     eviction=Eviction(deadline=0, lateness=6))
+    raw = increments(random.Random(12), 3, epochs=3, span=6)
+    with _run(spark, tmp_path, query, raw, source=None) as (c, checked, _m):
+        assert checked
+        assert {r["source"] for r in c.read_flow("w_c2").to_pylist()} == {"log"}
 
 
 def test_failure_eviction_emits_without_a_silent_source_then_fills_the_gap(spark, tmp_path):

@@ -75,14 +75,16 @@ def last_change(c, flow: str, upto: int) -> dict[tuple, int]:
 
 
 def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
-                sql: str = SQL, shed: bool = False) -> int:
-    """Check every live window result after epoch ``upto``; returns how many."""
+                sql: str = SQL, shed: bool = False, source: str | None = "host") -> int:
+    """Check every live window result after epoch ``upto``; returns how many. ``source``
+    is the column the query's sources are (None: the flow ``log`` is one source)."""
     results = net(c, f"{name}_windows", upto)
     boards = net(c, f"{name}_c2", upto)
     changed = last_change(c, f"{name}_c2", upto)
     frame = pd.DataFrame([{**r, "_epoch": e + 1} for e, batch in enumerate(raw)
                           for r in batch])
     frame["pane"] = frame["ts"] // width
+    frame["_src"] = frame[source] if source else "log"
     checked = 0
     for w, cells in boards.items():
         if not cells:
@@ -93,12 +95,12 @@ def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
         for row in cells:
             r = dict(row)
             key = (r["source"], r["pane_start"] // width)
-            n = int(((seen["host"] == key[0]) & (seen["pane"] == key[1])).sum())
+            n = int(((seen["_src"] == key[0]) & (seen["pane"] == key[1])).sum())
             if not shed:
                 assert r["records"] == n, (w, r, n)
             if r["records"]:
                 included.add(key)
-        mask = [(h, p) in included for h, p in zip(seen["host"], seen["pane"], strict=True)]
+        mask = [(h, p) in included for h, p in zip(seen["_src"], seen["pane"], strict=True)]
         log = seen[mask][["ts", "host", "url", "bytes", "user"]]  # noqa: F841 (DuckDB reads it)
         want = duckdb.sql(sql).df() if len(log) else pd.DataFrame()
         got = [dict(k) for k, m in results.get(w, Counter()).items() for _ in range(m)]

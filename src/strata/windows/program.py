@@ -174,7 +174,9 @@ class WindowProgram(StageProgram):
         if "_mult" not in d.columns:
             d = d.withColumn("_mult", F.lit(1).cast("bigint"))
         t = F.expr(plan.time_sql)
-        return d.select("*", F.col(f"`{plan.query.source}`").cast("string").alias("_src"),
+        src = F.lit(plan.query.flow) if plan.one_source else F.col(
+            f"`{plan.query.source}`").cast("string")
+        return d.select("*", src.alias("_src"),
                         t.alias("_t"), F.floor(t / F.lit(plan.width)).alias("_pane"))
 
     def _aggregate(self, ctx: EpochContext, ws: WindowState, frame: DataFrame):

@@ -56,7 +56,8 @@ class Shedding:
 class WindowQuery:
     """A windowed aggregation of ``flow``: ``sql`` (a grouped SELECT of that flow) or
     ``mapreduce``, over windows of ``range`` every ``slide`` of the ``time`` column,
-    per source ``source``; ``more`` adds windows of other ranges and slides over the same
+    per source ``source`` (a flow without the default ``source`` column is one source,
+    named like the flow); ``more`` adds windows of other ranges and slides over the same
     panes. ``sources`` names the sources expected (others seen count too); ``eviction``
     says when results go out; ``shedding`` when to drop load."""
 
@@ -131,7 +132,9 @@ class WindowPlan:
 
     def __post_init__(self) -> None:
         q = self.query
-        for c in (q.time, q.source):
+        # a flow without the default source column is one source, named like the flow
+        self.one_source = q.source == "source" and q.source not in self.columns
+        for c in (q.time, *(() if self.one_source else (q.source,))):
             if c not in self.columns:
                 raise StrataError(f"window query {q.name!r}: flow {q.flow!r} has no column "
                                   f"{c!r} (columns: {', '.join(self.columns)})")
