@@ -75,6 +75,25 @@ def test_nested_and_temporal_columns(tmp_path):
     assert "line 2, field 'tags': [\"a\"] is not a list" in _error(jsonl, schema)
 
 
+def test_timestamps_without_an_offset_are_utc_in_csv_as_in_jsonl(tmp_path):
+    schema = parse_ddl("at timestamp, n bigint")
+    cells = ["2026-11-27 10:00:00", "2026-11-27T11:00:00+01:00", "2026-11-27T10:30:00Z",
+             "2026-11-28", ""]
+    utc = [dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC),
+           dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC),
+           dt.datetime(2026, 11, 27, 10, 30, tzinfo=dt.UTC),
+           dt.datetime(2026, 11, 28, tzinfo=dt.UTC), None]
+    csv = _write(tmp_path, "t.csv", "at,n\n" + "".join(f"{c},{i}\n" for i, c in enumerate(cells)))
+    got = read_source([csv], schema, None, "t")
+    assert got.column("at").to_pylist() == utc and got.column("n").to_pylist() == [0, 1, 2, 3, 4]
+    jsonl = _write(tmp_path, "t.jsonl", "".join(
+        f'{{"at": {json_cell}, "n": {i}}}\n' for i, json_cell in enumerate(
+            [f'"{c}"' if c else "null" for c in cells])))
+    assert read_source([jsonl], schema, None, "t").equals(got)
+    bad = _write(tmp_path, "b.csv", "at,n\n2026-11-27 10:00:00,1\nnoon,2\n")
+    assert "line 3, column 'at': 'noon' is not a timestamp" in _error(bad, schema)
+
+
 def test_map_columns(tmp_path):
     schema = parse_ddl("k string, m map<string,array<bigint>>")
     expected = pa.Table.from_pylist([{"k": "a", "m": [("x", [1])]}, {"k": "b", "m": None}],

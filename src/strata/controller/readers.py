@@ -6,7 +6,8 @@ row group (Parquet) and the column. Rules:
 * CSV: the header must hold exactly the flow's columns (any order). A row with too few
   or too many fields is rejected. An empty cell is ``""`` in a string column and null in
   any other column, which is an error if the field is not nullable. Nested columns
-  (lists, structs, maps) hold JSON text. Line numbers count the header as line 1 and
+  (lists, structs, maps) hold JSON text. A timestamp without a UTC offset is in UTC,
+  as in JSONL. Line numbers count the header as line 1 and
   one per record; blank lines are skipped and not counted.
 * JSONL: one JSON object per line; blank lines are allowed. An unexpected key is
   rejected; an absent key is null, which is an error if the field is not nullable.
@@ -246,7 +247,8 @@ def _read_csv(path: str, schema: pa.Schema, flow: str) -> pa.Table:
         extra = [n for n in header if n not in schema.names or header.count(n) > 1]
         raise _fail(path, "line 1", f"header {header} differs from the flow's columns "
                     f"{schema.names} (missing {missing}, unexpected {extra})", flow)
-    types = {f.name: pa.string() if pa.types.is_nested(f.type) else f.type for f in schema}
+    types = {f.name: pa.string() if pa.types.is_nested(f.type) or _zoned(f.type) else f.type
+             for f in schema}
     bad: list = []
     try:
         table = _csv(path, types, bad, threads=True)
@@ -275,7 +277,7 @@ def _csv_problem(path: str, schema: pa.Schema, flow: str, arrow_msg: str) -> Ing
             continue
         cells = text[f.name].combine_chunks()
         cells = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
-        i = _first_failing(pc.cast, cells, f.type)
+        i = _first_failing(_cast_text, cells, f.type)
         if i is not None:
             found.append((i, f.name, f.type))
     if not found:
@@ -300,7 +302,36 @@ def _json_cells(cells: pa.Array, t: pa.DataType) -> pa.Array:
     return table["v"].combine_chunks()
 
 
+# a UTC offset after a time of day: 10:00Z, 10:00:00+01:00, 10:00:00.5-0800
+_OFFSET = r"\d:\d\d(:\d\d(\.\d*)?)?\s*(Z|[+-]\d\d(:?\d\d)?)$"
+
+
+def _zoned(t: pa.DataType) -> bool:
+    return pa.types.is_timestamp(t) and t.tz is not None
+
+
+def _cast_text(cells: pa.Array, t: pa.DataType) -> pa.Array:
+    """Text cells (nulls for empty ones) as type ``t``. For a timestamp with a zone, a
+    cell without a UTC offset is a UTC time, as in JSONL (pyarrow's CSV reader would
+    refuse it)."""
+    if not _zoned(t):
+        return pc.cast(cells, t)
+    zoned = pc.fill_null(pc.match_substring_regex(cells, _OFFSET), False)
+    none = pa.scalar(None, pa.string())
+    with_offset = pc.cast(pc.if_else(zoned, cells, none), t)
+    utc = pc.cast(pc.cast(pc.if_else(zoned, none, cells), pa.timestamp(t.unit)), t)
+    return pc.if_else(zoned, with_offset, utc)
+
+
 def _csv_column(path: str, cells: pa.Array, f: pa.Field, flow: str) -> pa.Array:
+    if _zoned(f.type):  # read as text: an empty cell is null, as in other columns
+        cells = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
+        try:
+            cells = _cast_text(cells, f.type)
+        except _ERRORS:
+            i = _first_failing(_cast_text, cells, f.type) or 0
+            raise _fail(path, f"line {i + 2}, column {f.name!r}",
+                        f"{cells[i].as_py()!r} is not {_a(f.type)}", flow) from None
     if pa.types.is_nested(f.type):
         try:
             cells = _json_cells(cells, f.type)
