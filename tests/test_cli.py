@@ -521,6 +521,22 @@ def test_a_sources_only_dataflow_makes_a_home_for_queries(spark, tmp_path):
     ok("run", pipeline, "--home", home)
     shown = ok("show", "per_url", "--home", home, "--format", "jsonl").stdout.splitlines()
     assert {r["url"]: r["n"] for r in map(json.loads, shown)} == Counter(urls_of(DAYS[0]))
+    # queries registered after an ingest no stage read (so it is still stored): without
+    # --from-start they see the next increment only; with it, the stored one first
+    home = tmp_path / "later"
+    ok("run", pipeline, "--home", home)
+    ok("ingest", "--home", home, "urls", DAYS[0])
+    ok("query", "SELECT url, COUNT(*) AS n FROM urls GROUP BY url", "--home", home,
+       "--name", "later")
+    said = ok("query", "SELECT url, COUNT(*) AS n FROM urls GROUP BY url", "--home", home,
+              "--name", "from_start", "--from-start", "--json").stdout
+    assert json.loads(said)["stored_increments_queued"] == 1
+    ok("ingest", "--home", home, "urls", DAYS[1])
+    ok("run", pipeline, "--home", home)
+    for name, days in (("later", DAYS[1:2]), ("from_start", DAYS[:2])):
+        shown = ok("show", name, "--home", home, "--format", "jsonl").stdout.splitlines()
+        want = Counter(u for d in days for u in urls_of(d))
+        assert {r["url"]: r["n"] for r in map(json.loads, shown)} == want, name
 
 
 def test_a_run_that_fails_validation_writes_nothing(tmp_path):

@@ -453,11 +453,16 @@ def query(
     replace: Annotated[bool, typer.Option(
         "--replace", help="Replace a query registered under NAME before (its state, queues "
         "and epochs stay: change only what keeps its columns and inputs).")] = False,
+    from_start: Annotated[bool, typer.Option(
+        "--from-start", help="Also read the increments of its external input flows "
+        "ingested before it is registered (still stored), oldest first, so that its "
+        "answer covers them.")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
     every later `strata run` of the home keeps its answer up to date (it sees the
-    increments that arrive after it is registered). The query is compiled once, here;
+    increments that arrive after it is registered; with --from-start, those stored
+    before too). The query is compiled once, here;
     the home keeps the compiled stage. A query whose GROUP BY has WINDOW(time, range[,
     slide[, source]]) is a windowed query (`strata window add` sets its policies)."""
     with output.reported():
@@ -494,12 +499,15 @@ def query(
             stage = add_query(scratch, name, sql, keys=keys, allow_recompute=allow_recompute)
             plan = stage.program.inc
             explained = stage.program.explain()
+            backfilled = 0
             if not dry_run:
-                catalog.register_stage(compiled(stage, sql), stage.input_names,
-                                       replace=replace)
+                backfilled = catalog.register_stage(
+                    compiled(stage, sql), stage.input_names, replace=replace,
+                    backfill=stage.input_names if from_start else ())
         if json_out:
             print(output.dumps({"name": name, "registered": not dry_run, "explain": explained,
-                          "columns": plan.root.columns, "recomputed": plan.recompute}))
+                          "columns": plan.root.columns, "recomputed": plan.recompute,
+                          "stored_increments_queued": backfilled}))
             return
         console = output.out()
         console.print(Text(explained))
@@ -507,6 +515,9 @@ def query(
             console.print(f"registered query [bold]{escape(name)}[/]: `strata run PIPELINE "
                           f"--home {escape(str(home))}` computes it; `strata show {escape(name)}"
                           f" --home {escape(str(home))}` prints its answer")
+            if from_start:
+                console.print(f"it reads {backfilled} stored increment(s) first (an increment "
+                              "every consumer has read is no longer stored)")
 
 
 # -- show ------------------------------------------------------------------------------

@@ -237,11 +237,13 @@ class Catalog:
         return [k[len("query:"):] for (k,) in rows]
 
     def register_stage(self, reg: RegisteredStage, inputs: Sequence[str],
-                       replace: bool = False, backfill: Sequence[str] = ()) -> None:
+                       replace: bool = False, backfill: Sequence[str] = ()) -> int:
         """Keep ``reg`` and connect it to its ``inputs`` now, so that increments ingested
         before the next run reach it. ``replace`` swaps a stage registered before (its
         connectors, queues and epochs stay). A new connector from a flow in ``backfill``
-        also queues the flow's ingested increments still stored, oldest first."""
+        also queues the flow's ingested increments still stored, oldest first; returns
+        how many it queued."""
+        queued = 0
         with self._transaction() as db:
             if replace:
                 db.execute("DELETE FROM registered_stages WHERE name = ?", (reg.name,))
@@ -257,7 +259,9 @@ class Catalog:
                                         "ORDER BY id", (flow, IncrementKind.INGEST.value))
                     for (inc_id,) in stored.fetchall():
                         self._enqueue(db, flow, reg.name, inc_id, framed=False)
+                        queued += 1
             db.execute("INSERT OR IGNORE INTO stages (name) VALUES (?)", (reg.name,))
+        return queued
 
     def flows(self) -> dict[str, dict]:
         rows = self.db.execute("SELECT name, schema, producer, external FROM flows")
