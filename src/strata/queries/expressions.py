@@ -21,15 +21,22 @@ Expr = exp.Expression
 MULT = "_mult"  # the multiplicity column: +n inserts, -n deletes (absent means +1)
 
 _NUMERIC = ["tinyint", "smallint", "int", "bigint", "float", "double"]
+# function names (Spark's, or sqlglot's class names in snake case) by the type Spark
+# gives the call; tests/queries/test_function_types.py checks each against Spark
 _STRING_FUNCS = {"lower", "upper", "concat", "substr", "substring", "trim", "ltrim", "rtrim",
-                 "lpad", "rpad", "replace", "regexp_extract", "split_part", "concat_ws"}
+                 "lpad", "rpad", "pad", "replace", "regexp_extract", "regexp_replace",
+                 "split_part", "concat_ws", "parse_url", "substring_index", "md5", "sha",
+                 "sha1", "sha2", "initcap", "left", "right", "translate", "reverse", "repeat",
+                 "to_base64", "base64"}
 _DOUBLE_FUNCS = {"sqrt", "ln", "log", "log10", "log2", "exp", "pow", "power", "sin", "cos",
-                 "tan", "atan", "atan2", "cbrt", "degrees", "radians", "rand"}
-_LONG_FUNCS = {"floor", "ceil", "ceiling", "hash", "size"}
+                 "tan", "atan", "atan2", "cbrt", "degrees", "radians", "sign", "signum"}
+_LONG_FUNCS = {"floor", "ceil", "ceiling", "xxhash64", "crc32"}
 _INT_FUNCS = {"length", "char_length", "year", "month", "day", "dayofweek", "hour", "minute",
-              "second", "instr", "dayofmonth", "quarter"}
+              "second", "instr", "str_position", "dayofmonth", "quarter", "hash", "ascii",
+              "size", "array_size"}
 _SAME_FUNCS = {"abs", "negative", "round", "bround", "coalesce", "nvl", "ifnull", "greatest",
-               "least", "nullif", "signum"}
+               "least", "nullif", "pmod"}
+_BOOL_FUNCS = {"starts_with", "startswith", "ends_with", "endswith", "contains"}
 # dates and times: (sqlglot's classes, Spark functions it leaves anonymous, result type)
 _TIME_FUNCS: tuple[tuple[tuple[type, ...], frozenset[str], str], ...] = (
     ((exp.TimestampTrunc,), frozenset({"timestamp_seconds", "timestamp_millis",
@@ -206,6 +213,8 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
             return "bigint"
         if name in _INT_FUNCS or isinstance(e, exp.Length):
             return "int"
+        if name in _BOOL_FUNCS:
+            return "boolean"
         if name in _SAME_FUNCS or isinstance(e, (exp.Abs, exp.Round, exp.Coalesce,
                                                  exp.Greatest, exp.Least, exp.Nullif)):
             return widest([type_of(a, schema) for a in args])
