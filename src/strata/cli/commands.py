@@ -462,9 +462,9 @@ def query(
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
     every later `strata run` of the home keeps its answer up to date (it sees the
     increments that arrive after it is registered; with --from-start, those stored
-    before too). The query is compiled once, here;
-    the home keeps the compiled stage. A query whose GROUP BY has WINDOW(time, range[,
-    slide[, source]]) is a windowed query (`strata window add` sets its policies)."""
+    before too). The query is compiled once, here; the home keeps the compiled stage. A
+    query whose GROUP BY has WINDOW(time, range[, slide[, source]]) is a windowed query
+    (`strata window add` sets its policies)."""
     with output.reported():
         from strata.physical.registration import compiled
         from strata.queries.stage import add_query

@@ -7,8 +7,8 @@ row group (Parquet) and the column. Rules:
   or too many fields is rejected. An empty cell is ``""`` in a string column and null in
   any other column, which is an error if the field is not nullable. Nested columns
   (lists, structs, maps) hold JSON text. A timestamp without a UTC offset is in UTC,
-  as in JSONL. Line numbers count the header as line 1 and
-  one per record; blank lines are skipped and not counted.
+  as in JSONL. Line numbers count the header as line 1 and one per record; blank lines
+  are skipped and not counted.
 * JSONL: one JSON object per line; blank lines are allowed. An unexpected key is
   rejected; an absent key is null, which is an error if the field is not nullable.
 * Parquet: the same columns as the flow, each castable to the flow's type.

@@ -30,11 +30,11 @@ from strata.physical.session import is_connect
 _HELD: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
 
 
-
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema of Spark ``schema`` as strata stores it: timestamps in UTC
     (Spark writes Parquet timestamps as UTC instants; pyarrow reads them back so)."""
     return to_arrow_schema(schema, timezone="UTC")
+
 
 def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
     """A local DataFrame of ``table`` (whose columns are ``schema``'s), remembered as held.

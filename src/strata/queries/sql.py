@@ -296,9 +296,8 @@ class _Converter:
         func = _AGG_NAMES.get(type(n))
         if func is None:
             raise QueryError(f"aggregate {n.sql(dialect='spark')} is not supported; use count, "
-                             "sum, avg, min, "
-                             "max, count(distinct), stddev/variance, or declare a "
-                             "UserAggregate")
+                             "sum, avg, min, max, count(distinct), stddev/variance, or "
+                             "declare a UserAggregate")
         arg = n.this
         distinct = isinstance(arg, exp.Distinct)
         if distinct:
