@@ -22,6 +22,9 @@ CALLS = [
     "substring_index(s, '/', 3)", "md5(s)", "sha1(s)", "sha2(s, 256)", "initcap(s)",
     "left(s, 3)", "right(s, 2)", "translate(s, 'a', 'b')", "reverse(s)", "repeat(s, 2)",
     "split_part(s, '/', 3)", "date_format(t, 'yyyy-MM')", "from_unixtime(x)",
+    # arrays from split, and their elements
+    "split(s, '/')", "split(s, '/')[2]", "element_at(split(s, '/'), 3)",
+    "upper(split(s, '/')[2])",
     # numbers
     "length(s)", "instr(s, 'a')", "abs(x)", "abs(y)", "round(y, 1)", "floor(y)", "ceil(y)",
     "sqrt(y)", "ln(y)", "log10(y)", "exp(y)", "pow(y, 2)", "greatest(x, i)", "least(i, 2)",

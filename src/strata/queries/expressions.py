@@ -166,6 +166,14 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
     """The Spark SQL type of scalar expression ``e`` over columns typed by ``schema``."""
     if isinstance(e, exp.Paren):
         return type_of(e.this, schema)
+    if isinstance(e, exp.Bracket) and len(e.expressions) == 1:  # arr[i], element_at(arr, i)
+        array = type_of(e.this, schema)
+        if array.startswith("array<") and array.endswith(">"):
+            type_of(e.expressions[0], schema)
+            return array[len("array<"):-1]
+        raise QueryError(f"{e.sql(dialect='spark')!r}: indexing needs an array, not {array}")
+    if isinstance(e, exp.RegexpSplit):
+        return "array<string>"
     if isinstance(e, exp.Column):
         if e.name not in schema:
             raise QueryError(f"unknown column {e.sql()!r}; known: {sorted(schema)}")
