@@ -276,8 +276,7 @@ def _csv_problem(path: str, schema: pa.Schema, flow: str, arrow_msg: str) -> Ing
         if pa.types.is_nested(f.type) or pa.types.is_string(f.type):
             continue
         cells = text[f.name].combine_chunks()
-        cells = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
-        i = _first_failing(_cast_text, cells, f.type)
+        i = _first_failing(_cast_text, _empty_as_null(cells), f.type)
         if i is not None:
             found.append((i, f.name, f.type))
     if not found:
@@ -306,6 +305,11 @@ def _json_cells(cells: pa.Array, t: pa.DataType) -> pa.Array:
 _OFFSET = r"\d:\d\d(:\d\d(\.\d*)?)?\s*(Z|[+-]\d\d(:?\d\d)?)$"
 
 
+def _empty_as_null(cells: pa.Array) -> pa.Array:
+    """Text cells with ``""`` as null (how a CSV's empty cell reads outside strings)."""
+    return pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
+
+
 def _zoned(t: pa.DataType) -> bool:
     return pa.types.is_timestamp(t) and t.tz is not None
 
@@ -325,7 +329,7 @@ def _cast_text(cells: pa.Array, t: pa.DataType) -> pa.Array:
 
 def _csv_column(path: str, cells: pa.Array, f: pa.Field, flow: str) -> pa.Array:
     if _zoned(f.type):  # read as text: an empty cell is null, as in other columns
-        cells = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
+        cells = _empty_as_null(cells)
         try:
             cells = _cast_text(cells, f.type)
         except _ERRORS:
