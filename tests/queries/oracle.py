@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from decimal import Decimal
 
 import duckdb
 import pandas as pd
@@ -25,8 +26,8 @@ def normalized(rows) -> list[tuple]:
     def cell(v):
         if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
             return None
-        if isinstance(v, float):
-            return round(v, 6)
+        if isinstance(v, float | Decimal):  # a decimal (DuckDB's 1.5) compares as a number
+            return round(float(v), 6)
         return int(v) if hasattr(v, "__int__") and not isinstance(v, str) else v
     return sorted((tuple(cell(v) for v in r) for r in rows), key=repr)
 

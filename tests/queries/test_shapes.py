@@ -75,6 +75,14 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "deletes_aggregates": (
         "SELECT y, count(*) AS c, count(x) AS cx, sum(x) AS s, avg(x) AS a FROM R "
         "WHERE x > 0 GROUP BY y", None),
+    # set operations: a bag union of the branches (columns by position, widened types)
+    "union_all_rows": ("SELECT x, y FROM R WHERE y > 2 UNION ALL SELECT x, y FROM P", None),
+    "union_then_group": (
+        "SELECT k, count(*) AS c, sum(v) AS s FROM (SELECT x AS k, y AS v FROM R UNION ALL "
+        "SELECT id, NULL FROM D UNION ALL SELECT x, y * 1.5 FROM P) u GROUP BY k", None),
+    "union_distinct": ("SELECT y FROM R UNION SELECT y FROM P ORDER BY y", None),
+    "intersect": ("SELECT x FROM R INTERSECT SELECT id FROM D", None),
+    "except": ("SELECT x, y FROM P EXCEPT SELECT x, y FROM R", None),
     # many-to-many joins: recomputed every epoch, as their stages opted in
     "many_to_many_group_by": (
         "SELECT R.x, count(*) AS c, sum(P.y) AS s FROM R JOIN P ON R.x = P.x GROUP BY R.x",

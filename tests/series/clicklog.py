@@ -40,6 +40,20 @@ SERIES = [
 ]
 
 
+# set operations: a group-by over a union keeps one partial per branch; EXCEPT and
+# INTERSECT are such group-bys; a union of rows concatenates rows views
+SET_OPERATIONS = [
+    ("union_grouped", "SELECT A, count(*) AS n, max(E) AS top FROM (SELECT A, E FROM today "
+     "UNION ALL SELECT A, B FROM before WHERE D < 3) u GROUP BY A",
+     {"today": "log", "before": "log[-3:-1]"}, 1),
+    ("except_yesterday", "SELECT A, C FROM today EXCEPT SELECT A, C FROM yesterday",
+     {"today": "log", "yesterday": "log[-1]"}, 1),
+    ("intersect_week", "SELECT D FROM today WHERE A = 'us' INTERSECT SELECT D FROM week",
+     {"today": "log", "week": "log[-3:-1]"}, 2),
+    ("union_rows", "SELECT A, D FROM today WHERE B > 6 UNION ALL SELECT A, D FROM yesterday "
+     "WHERE B > 8", {"today": "log", "yesterday": "log[-1]"}, 1),
+]
+
 def segment(rng: random.Random, n: int) -> pa.Table:
     """``n`` clicks with Zipf-skewed positions."""
     zipf = [1 / (i + 1) for i in range(12)]

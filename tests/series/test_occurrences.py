@@ -13,7 +13,14 @@ from strata.queries.sql import parse_sql
 from strata.series.evaluate import occurrence, view_of_segment
 from strata.series.normalize import explain, plan_series
 from strata.series.windows import Schedule, Segments
-from tests.series.clicklog import COLUMNS, SERIES, canon, duckdb_answer, segment
+from tests.series.clicklog import (
+    COLUMNS,
+    SERIES,
+    SET_OPERATIONS,
+    canon,
+    duckdb_answer,
+    segment,
+)
 
 # the paper's q3 written with common table expressions (DuckDB runs the same SQL)
 WITH_CTES = ("q3_with_ctes",
@@ -22,29 +29,23 @@ WITH_CTES = ("q3_with_ctes",
              "SELECT t.D AS D, t.m AS today, y.m AS yesterday FROM t JOIN y ON t.D = y.D",
              {"today": "log", "yesterday": "log[-1]"}, 1)
 
-
-def test_occurrences_equal_duckdb_over_raw_segments(spark, tmp_path):
-    rng = random.Random(1)
-    segments = [segment(rng, rng.choice([0, 5, 40])) for _ in range(6)]
-    seg_dir = tmp_path / "segments"
-    for i, t in enumerate(segments, 1):
-        (seg_dir / str(i)).mkdir(parents=True)
-        pq.write_table(t, seg_dir / str(i) / "part-0.parquet")
+def plans_of(series) -> dict:
     plans = {}
-    for name, sql, tables, period in [*SERIES, WITH_CTES]:
+    for name, sql, tables, period in series:
         runs = {t: Segments.parse(s) for t, s in tables.items()}
         plan = plan_series(parse_sql(sql, {t: COLUMNS for t in runs}), Schedule(runs, period),
                            COLUMNS)
         plans[name] = (plan, sql)
-    assert not plans["join_grouped_not_decomposable"][0].decomposed
-    assert any("does not decompose" in line
-               for line in explain(plans["join_grouped_not_decomposable"][0]))
-    q3 = plans["q3_today_join_yesterday"][0].view_list()
-    assert [v.kind for v in q3] == ["partial", "partial"]
-    assert q3[0].fingerprint == q3[1].fingerprint  # yesterday's view is today's, reused
-    # the CTEs inlined, the same subplans: the same views
-    assert {v.fingerprint for v in plans["q3_with_ctes"][0].view_list()} == {q3[0].fingerprint}
+    return plans
 
+
+def check_occurrences(spark, tmp_path, plans: dict, segments: list) -> None:
+    """Every view of every segment written once per fingerprint; every due occurrence
+    computed from the views equals DuckDB's answer over its window's raw segments."""
+    seg_dir = tmp_path / "segments"
+    for i, t in enumerate(segments, 1):
+        (seg_dir / str(i)).mkdir(parents=True)
+        pq.write_table(t, seg_dir / str(i) / "part-0.parquet")
     views = tmp_path / "views"
     written: Counter = Counter()
 
@@ -72,6 +73,33 @@ def test_occurrences_equal_duckdb_over_raw_segments(spark, tmp_path):
     numbers = range(1, len(segments) + 1)
     assert checked == sum(len(p.schedule.occurrences(numbers)) for p, _ in plans.values())
     assert all(n == len(segments) for n in written.values())  # one view per segment, shared
+
+
+def test_occurrences_equal_duckdb_over_raw_segments(spark, tmp_path):
+    rng = random.Random(1)
+    segments = [segment(rng, rng.choice([0, 5, 40])) for _ in range(6)]
+    plans = plans_of([*SERIES, WITH_CTES])
+    assert not plans["join_grouped_not_decomposable"][0].decomposed
+    assert any("does not decompose" in line
+               for line in explain(plans["join_grouped_not_decomposable"][0]))
+    q3 = plans["q3_today_join_yesterday"][0].view_list()
+    assert [v.kind for v in q3] == ["partial", "partial"]
+    assert q3[0].fingerprint == q3[1].fingerprint  # yesterday's view is today's, reused
+    # the CTEs inlined, the same subplans: the same views
+    assert {v.fingerprint for v in plans["q3_with_ctes"][0].view_list()} == {q3[0].fingerprint}
+    check_occurrences(spark, tmp_path, plans, segments)
+
+
+def test_set_operation_series_decompose_and_equal_duckdb(spark, tmp_path):
+    rng = random.Random(2)
+    segments = [segment(rng, rng.choice([0, 30])) for _ in range(4)]
+    plans = plans_of(SET_OPERATIONS)
+    for name in ("union_grouped", "except_yesterday", "intersect_week"):
+        plan = plans[name][0]
+        assert plan.decomposed and [v.kind for v in plan.view_list()] == ["partial"] * 2
+        assert any("partials of every branch" in line for line in explain(plan))
+    assert [v.kind for v in plans["union_rows"][0].view_list()] == ["rows"] * 2
+    check_occurrences(spark, tmp_path, plans, segments)
 
 
 def test_plans_cut_where_the_operators_decompose(spark):

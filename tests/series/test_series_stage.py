@@ -13,7 +13,7 @@ from strata.controller import Controller
 from strata.model.errors import EpochError, StrataError
 from strata.series import Series, add_series, series_stage_name
 from strata.series.adhoc import ad_hoc
-from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
+from tests.series.clicklog import DDL, SERIES, SET_OPERATIONS, canon, duckdb_answer, segment
 
 
 def _ingest(c, tmp_path, seg):
@@ -60,6 +60,29 @@ def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
         assert min(v["segment"] for v in views) >= 6 - 3  # the longest window is 4
         first = c.flow_dataframe("q1_daily_grouping", 6).toPandas()
         assert len(first) == c.read_flow("q1_daily_grouping", 6).num_rows
+
+
+def test_set_operation_series_under_the_controller_equal_duckdb(spark, tmp_path):
+    """UNION ALL, EXCEPT and INTERSECT series (a partial view per branch, kept per
+    segment): every occurrence equals DuckDB's over the raw segments of its window."""
+    rng = random.Random(11)
+    segments = [segment(rng, rng.choice([0, 25])) for _ in range(4)]
+    series = [Series(name, sql, tables, period) for name, sql, tables, period in
+              SET_OPERATIONS]
+    df = _dataflow(series, shared_scan=True)
+    program = df.stages[series_stage_name("log")].program
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for seg in segments:
+            _ingest(c, tmp_path, seg)
+        reports = c.run()
+        assert [r.metrics["answered"] for r in reports][-1] == [s.name for s in series]
+        for s in series:
+            plan = program.plans[s.name]
+            got = {e: c.read_flow(s.name, e) for e, _ in c.stored_increments(s.name)}
+            assert sorted(got) == plan.schedule.occurrences(range(1, len(segments) + 1))
+            for n, table in got.items():
+                expected = duckdb_answer(s.sql, plan.schedule.window(n), segments)
+                assert canon(table.to_pylist()) == canon(expected), (s.name, n)
 
 
 def test_a_series_added_later_reads_kept_segments(spark, tmp_path):

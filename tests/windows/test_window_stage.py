@@ -212,6 +212,8 @@ def test_bad_window_queries_are_refused_clearly():
         add_window(df, from_sql("w", _window_sql(2, 4)))
     with pytest.raises(Exception, match="duration"):
         add_window(df, from_sql("w", _window_sql(4, 2).replace("4, 2", "'4 minutes', 2")))
+    with pytest.raises(Exception, match="not a UNION"):
+        from_sql("w", _window_sql(4, 2) + " UNION ALL SELECT url, 1 FROM log")
 
 
 def test_several_windows_share_one_pane_store(spark, tmp_path):

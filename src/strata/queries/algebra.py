@@ -6,7 +6,8 @@ keeps at most one output per row (a filter and a projection); ``Join`` is a co-g
 equal keys followed by a flatten, i.e. an inner equi-join; ``Nearest`` joins each row
 with the row of a small relation that minimizes a distance (k-means' assignment step);
 ``GroupBy`` groups and reduces each group with monoids (a total aggregate is a group-by
-with no keys).
+with no keys); ``Union`` is the bag union of inputs with the same columns (``UNION ALL``;
+``UNION``, ``INTERSECT`` and ``EXCEPT`` are group-bys over it).
 :func:`normalize` fuses adjacent maps and pushes filters below joins.
 
 Every node knows its columns and their Spark types, the columns that identify a row
@@ -291,6 +292,42 @@ class GroupBy(Node):
         return f"group by {keys}: " + ", ".join(a.describe() for a in self.aggs)
 
 
+@dataclass(frozen=True, eq=False)
+class Union(Node):
+    """The rows of all ``inputs`` (a bag union, ``UNION ALL``); each input has the same
+    columns, in the same order, with the same types (the SQL front end aligns them)."""
+
+    inputs: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.inputs) < 2:
+            raise QueryError("a union needs at least two inputs")
+        first = list(self.inputs[0].columns.items())
+        for other in self.inputs[1:]:
+            if list(other.columns.items()) != first:
+                raise QueryError(f"the inputs of a union have different columns: {first} "
+                                 f"and {list(other.columns.items())}")
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return self.inputs
+
+    @property
+    def columns(self) -> dict[str, str]:
+        return dict(self.inputs[0].columns)
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        return None  # the same row may come from two inputs
+
+    @property
+    def retracts(self) -> bool:
+        return any(c.retracts for c in self.inputs)
+
+    def __str__(self) -> str:
+        return f"union all of {len(self.inputs)} inputs"
+
+
 @dataclass(frozen=True)
 class Query:
     """A query: an operator tree plus how to present its answer (order and limit apply
@@ -316,6 +353,8 @@ def normalize(node: Node) -> Node:
         return Nearest(normalize(node.left), normalize(node.right), node.distance)
     if isinstance(node, GroupBy):
         return replace(node, child=normalize(node.child), answer_types={})
+    if isinstance(node, Union):
+        return Union(tuple(normalize(c) for c in node.inputs))
     assert isinstance(node, Map)
     child = normalize(node.child)
     where, outputs = node.where, node.outputs

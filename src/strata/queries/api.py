@@ -103,6 +103,28 @@ class Relation:
     def distinct(self) -> Relation:
         return replace(self, select=self.select.distinct(copy=True))
 
+    def union(self, other: Relation, *, distinct: bool = False) -> Relation:
+        """The rows of both, columns matched by position and named as this relation's:
+        ``UNION ALL`` (every copy), or ``UNION`` with ``distinct``."""
+        return self._set_operation(exp.union, other, distinct)
+
+    def intersect(self, other: Relation) -> Relation:
+        """The distinct rows found in both (``INTERSECT``)."""
+        return self._set_operation(exp.intersect, other, True)
+
+    def except_(self, other: Relation) -> Relation:
+        """The distinct rows of this relation not found in ``other`` (``EXCEPT``)."""
+        return self._set_operation(exp.except_, other, True)
+
+    def _set_operation(self, make: Callable[..., exp.Expression], other: Relation,
+                       distinct: bool) -> Relation:
+        alias = _fresh("u")
+        both = make(self.select.copy(), other.select.copy(), distinct=distinct)
+        sel = exp.select("*").from_(exp.Subquery(this=both, alias=exp.TableAlias(
+            this=exp.to_identifier(alias))))
+        return Relation(sel, {**self.keys, **other.keys},
+                        {**self.aggregates, **other.aggregates}, alias)
+
     def order_by(self, *columns: str) -> Relation:
         """Order the answer when it is read (``"col desc"`` for descending)."""
         return replace(self, select=self.select.order_by(*columns, dialect="spark", copy=True))

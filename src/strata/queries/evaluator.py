@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from strata.model.errors import StrataError
 from strata.queries import arrow_step, driver_rows
-from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan
+from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan, Union
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import DRIVER_ROWS, cut, empty_frame, local_rows, spark_type
@@ -145,6 +145,8 @@ class Evaluator:
                               self.changes(node.left), self.changes(node.right))
         if isinstance(node, GroupBy):
             return self._group(self.program.inc.groups[id(node)], self.changes(node.child))
+        if isinstance(node, Union):
+            return driver_rows.union([self.changes(c) for c in node.inputs])
         raise StrataError(f"cannot run query operator {type(node).__name__}")
 
     def _empty(self, node: Node) -> DataFrame:

@@ -3,6 +3,7 @@
 :func:`derive` walks a normalized query and decides, per operator, what it keeps:
 
 * ``Map`` keeps nothing: it maps the increment's rows (multiplicities pass through).
+* ``Union`` keeps nothing: its changes are its inputs' changes, concatenated.
 * ``Join`` keeps both inputs, each bucketed by its join key (the *lineage*: the key that
   lets a new row on one side find the rows it joins with on the other). Its changes are
   ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. Many-to-many joins
@@ -21,7 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Query, Scan, normalize
+from strata.queries.algebra import (
+    GroupBy,
+    Join,
+    Map,
+    Nearest,
+    Node,
+    Query,
+    Scan,
+    Union,
+    normalize,
+)
 from strata.queries.errors import NotIncrementalError
 from strata.queries.expressions import bind, to_sql
 from strata.queries.monoids import COUNT_PART, Monoid, Part, monoid
@@ -124,6 +135,8 @@ class IncrementalQuery:
             lines.append(f"{pad}  no state: each new row of the left side is assigned the "
                          "nearest row of the iterate in every step; older rows keep their "
                          "assignment (the diffusion approximation)")
+        elif isinstance(node, Union):
+            lines.append(f"{pad}  no state: Δout = the inputs' changes, concatenated")
         elif isinstance(node, Join):
             plan = self.joins[id(node)]
             lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
@@ -179,7 +192,7 @@ def derive(query: Query, iterate: str | None = None,
             monoids = [monoid(a, f"_p{i}", node.child.columns, node.child.retracts)
                        for i, a in enumerate(node.aggs)]
             out.groups[id(node)] = GroupPlan(node, f"group{next(counter)}", monoids)
-        elif not isinstance(node, (Map, Scan, Nearest)):
+        elif not isinstance(node, (Map, Scan, Nearest, Union)):
             raise NotIncrementalError(type(node).__name__, "is not a query operator")
 
     visit(root)

@@ -4,10 +4,12 @@ Supported: ``SELECT [DISTINCT] … FROM flow [alias] [JOIN flow ON a.x = b.y [AN
 (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``, which
 joins each row with the center that minimizes ``distance``), ``WHERE`` (including
 ``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
-``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT`` and ``WITH`` (its CTEs inlined as
-subqueries, :mod:`strata.queries.ctes`); aggregates ``count``, ``count(distinct …)``,
-``sum``, ``avg``, ``min``, ``max``, ``stddev``/``variance`` (sample and population) and
-user aggregates. Anything else is refused with a message that names it.
+``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT``, ``WITH`` (its CTEs inlined as
+subqueries, :mod:`strata.queries.ctes`) and the set operations ``UNION [ALL]``,
+``INTERSECT`` and ``EXCEPT`` (columns matched by position, named by the first branch,
+as Spark does; the distinct ones are group-bys over a bag union); aggregates ``count``,
+``count(distinct …)``, ``sum``, ``avg``, ``min``, ``max``, ``stddev``/``variance``
+(sample and population) and user aggregates. Anything else is refused with a message that names it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,19 @@ from strata.queries.algebra import (
     Node,
     Query,
     Scan,
+    Union,
     passthrough,
 )
 from strata.queries.ctes import inline_ctes
 from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.expressions import MULT, and_all, col, conjuncts, is_aggregate
+from strata.queries.expressions import (
+    MULT,
+    and_all,
+    col,
+    conjuncts,
+    is_aggregate,
+    widest,
+)
 from strata.queries.monoids import AggCall, UserAggregate
 
 _AGG_NAMES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
@@ -56,19 +66,19 @@ def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
     return _Converter(flows, keys or {}, aggregates or {}).query(tree)
 
 
-def parse_select(sql: str) -> exp.Select:
+def parse_select(sql: str) -> exp.Select | exp.SetOperation:
     """``sql`` parsed (Spark's dialect), its ``WITH`` clauses inlined; a QueryError if
-    it does not parse or is not a ``SELECT``."""
+    it does not parse or is not a ``SELECT`` (or a set operation of them)."""
     try:
         tree = sqlglot.parse_one(sql, read="spark")
     except sqlglot.errors.ParseError as e:
         raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
     if isinstance(tree, exp.Alias | exp.Column | exp.Identifier):  # e.g. "SELEC x"
         raise QueryError(f"cannot parse the query: {sql.strip()[:60]!r} is not a SELECT")
-    if not isinstance(tree, exp.Select):
+    if not isinstance(tree, exp.Select | exp.SetOperation):
         raise QueryError(f"only SELECT queries are supported, not {tree.key.upper()}")
     tree = inline_ctes(tree)
-    assert isinstance(tree, exp.Select)
+    assert isinstance(tree, exp.Select | exp.SetOperation)
     return tree
 
 
@@ -125,7 +135,8 @@ class _Converter:
                                  f"columns {sorted(schema)}")
             node = Scan(flow, schema, prefix, key, has_mult)
             return node, alias, {c: prefix + c for c in schema}
-        if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
+        if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select |
+                                                         exp.SetOperation):
             inner = self.query(item.this)
             if inner.order_by or inner.limit is not None:
                 raise QueryError(f"ORDER BY/LIMIT inside subquery {alias!r} cannot be "
@@ -183,7 +194,9 @@ class _Converter:
         return node, scope, leftover
 
     # -- SELECT ------------------------------------------------------------------------
-    def query(self, select: exp.Select) -> Query:
+    def query(self, select: exp.Select | exp.SetOperation) -> Query:
+        if isinstance(select, exp.SetOperation):
+            return self._set_operation(select)
         for unsupported in ("windows", "qualify", "laterals", "pivots"):
             if select.args.get(unsupported):
                 raise QueryError(f"{unsupported.upper()} is not supported in queries")
@@ -281,6 +294,65 @@ class _Converter:
             else None
         return GroupBy(node, tuple(keys), tuple(aggs), outputs, hav)
 
+    # -- UNION, INTERSECT, EXCEPT -----------------------------------------------------
+    def _set_operation(self, op: exp.SetOperation) -> Query:
+        """``UNION ALL`` is a :class:`Union` of the branches, each cast to the widest type
+        of its column; ``UNION`` groups that by every column; ``INTERSECT`` and
+        ``EXCEPT`` tag each side's rows and keep the groups present on both sides, or on
+        the left only (NULLs equal, as set operations compare them)."""
+        word = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(
+            type(op), op.key.upper())
+        distinct = bool(op.args.get("distinct"))
+        if op.args.get("by_name"):
+            raise QueryError(f"{word} BY NAME is not supported; list the columns in the "
+                             "same order in each branch")
+        if word != "UNION" and not distinct:
+            raise QueryError(f"{word} ALL is not supported (its copies of a row depend on "
+                             f"both sides' counts); use {word}, which keeps distinct rows")
+        branches = [self._branch(b, word) for b in (op.this, op.expression)]
+        widths = [len(b.columns) for b in branches]
+        if len(set(widths)) != 1:
+            raise QueryError(f"the branches of {word} select {widths[0]} and {widths[1]} "
+                             "columns; select the same number in each")
+        names = list(branches[0].columns)
+        types = []
+        for i, name in enumerate(names):
+            pair = [list(b.columns.values())[i] for b in branches]
+            try:
+                types.append(widest(pair))
+            except QueryError:
+                raise QueryError(f"column {i + 1} ({name!r}) of {word} is {pair[0]} in one "
+                                 f"branch and {pair[1]} in the other; cast one") from None
+        tags = [] if word == "UNION" else ["_setop_left", "_setop_right"]
+        inputs = []
+        for side, b in enumerate(branches):
+            outputs = [(n, _cast(col(c), t, b.columns[c]))
+                       for n, c, t in zip(names, list(b.columns), types, strict=True)]
+            outputs += [(tag, exp.Literal.number(1) if i == side else _cast(
+                exp.Null(), "int", "void")) for i, tag in enumerate(tags)]
+            inputs.append(Map(b, None, tuple(outputs)))
+        node: Node = Union(tuple(inputs))
+        if distinct:  # the tags counted per row: on which sides it is
+            keys = passthrough(names)
+            aggs = tuple(AggCall("count", col(tag)) for tag in tags)
+            having = None
+            if word != "UNION":
+                right = "> 0" if word == "INTERSECT" else "= 0"
+                having = sqlglot.parse_one(f"_a0 > 0 AND _a1 {right}", read="spark")
+            node = GroupBy(node, keys, aggs, keys, having)
+        return Query(node, self._order(op, node), self._limit(op))
+
+    def _branch(self, branch: exp.Expression, word: str) -> Node:
+        if isinstance(branch, exp.Subquery):
+            branch = branch.this
+        if not isinstance(branch, exp.Select | exp.SetOperation):
+            raise QueryError(f"a branch of {word} must be a SELECT, not {branch.sql()!r}")
+        inner = self.query(branch)
+        if inner.order_by or inner.limit is not None:
+            raise QueryError(f"ORDER BY/LIMIT inside a branch of {word} cannot be maintained "
+                             "incrementally; put them after the last branch")
+        return inner.root
+
     def _user_call(self, n: exp.Expression) -> UserAggregate | None:
         if isinstance(n, exp.Anonymous):
             return self.aggregates.get(n.name.lower())
@@ -367,6 +439,13 @@ def _output_aliases(e: exp.Expression, scope: _Scope,
         return n
 
     return e.transform(sub)
+
+
+def _cast(e: exp.Expression, to: str, was: str) -> exp.Expression:
+    """``e`` cast to type ``to`` unless it already has it."""
+    if to == was:
+        return e
+    return exp.Cast(this=e, to=exp.DataType.build(to, dialect="spark"))
 
 
 def _default_name(e: exp.Expression) -> str:

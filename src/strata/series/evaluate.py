@@ -18,13 +18,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from strata.queries.algebra import GroupBy, Join, Map, Node, Scan
+from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import answer, lift, row_exprs
 from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.incremental import GroupPlan
 from strata.queries.monoids import monoid
-from strata.series.normalize import SeriesPlan, View
+from strata.series.normalize import SeriesPlan, View, union_partials
 
 ViewReader = Callable[[View, range], DataFrame]  # the stored views of a run of segments
 
@@ -174,6 +174,16 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
             cond = functools.reduce(lambda a, b: a & b, [
                 left[f"`{lc}`"] == right[f"`{rc}`"] for lc, rc in node.on])
             return left.join(right, cond, "inner")
+        branches = union_partials(node, plan)
+        if branches is not None:
+            assert isinstance(node, GroupBy)
+            gp = group_plan(node, branches[0].monoids)
+            stored = functools.reduce(lambda a, b: a.unionByName(b), [
+                read_views(v, windows[v.table]) for v in branches])
+            return answer(gp, merge_partials(gp, stored), spark)
+        if isinstance(node, Union):
+            parts = [evaluate(c) for c in node.inputs]
+            return functools.reduce(lambda a, b: a.unionByName(b), parts)
         if isinstance(node, GroupBy):  # over a join: group the window's rows as they are
             gp = group_plan(node)
             d = evaluate(node.child).withColumn(MULT, F.lit(1).cast("bigint"))

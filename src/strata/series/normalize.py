@@ -24,9 +24,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Query, Scan, normalize
+from strata.queries.algebra import (
+    GroupBy,
+    Join,
+    Map,
+    Nearest,
+    Node,
+    Query,
+    Scan,
+    Union,
+    normalize,
+)
 from strata.queries.errors import QueryError
 from strata.queries.expressions import to_sql
 from strata.queries.monoids import Monoid, monoid
@@ -46,6 +56,7 @@ class View:
     fingerprint: str
     prefix: str  # the scan's column prefix in the query (stripped in the stored view)
     monoids: tuple[Monoid, ...] = ()
+    branch: bool = False  # a partial of one branch of a union, merged with the others
 
     @property
     def scan(self) -> Scan:
@@ -102,6 +113,20 @@ def _rows_subtree(node: Node) -> bool:
     return isinstance(node, Scan) or isinstance(node, Map) and _rows_subtree(node.child)
 
 
+def _rows_union(node: Node) -> bool:
+    """A union of scans under maps: a group-by over it splits into one per branch."""
+    return isinstance(node, Union) and all(_rows_subtree(c) for c in node.inputs)
+
+
+def union_partials(node: Node, plan: SeriesPlan) -> list[View] | None:
+    """The partial views of the branches of a group-by over a union, if it was cut so."""
+    if not isinstance(node, GroupBy) or not isinstance(node.child, Union):
+        return None
+    views = [plan.views.get(id(b)) for b in node.child.inputs]
+    return [v for v in views if v is not None] if all(
+        v is not None and v.kind == "partial" for v in views) else None
+
+
 def _cut(node: Node, plan: SeriesPlan) -> None:
     """Cut the highest subtrees that decompose (top-down: the first found is maximal)."""
     if isinstance(node, Nearest):
@@ -109,23 +134,39 @@ def _cut(node: Node, plan: SeriesPlan) -> None:
     if isinstance(node, GroupBy) and _rows_subtree(node.child) and not plan.raw:
         plan.views[id(node)] = _view("partial", node, plan)
         return
+    if isinstance(node, GroupBy) and _rows_union(node.child) and not plan.raw:
+        for branch in node.child.children:  # γ(b1 ∪ b2) = γ(b1) ⊗ γ(b2): one partial each
+            plan.views[id(branch)] = replace(_view("partial", replace(
+                node, child=branch, answer_types={}), plan), branch=True)
+        plan.notes.append(f"{node}: each occurrence merges (⊗) the partials of every "
+                          "branch of the union over its window, then answers (a)")
+        return
     if _rows_subtree(node):
         plan.views[id(node)] = _view("rows", node, plan)
         return
-    if isinstance(node, GroupBy) and plan.raw and _rows_subtree(node.child):
+    if isinstance(node, GroupBy) and plan.raw and (_rows_subtree(node.child) or
+                                                  _rows_union(node.child)):
         plan.notes.append(f"{node}: each occurrence aggregates the rows of its window "
                           "(read again from the kept segments)")
     elif isinstance(node, GroupBy):
         spans = {t: len(plan.schedule.tables[t].indices(0)) for t in
                  {s.flow for s in _scans(node)}}
+        what = ("a join, whose rows pair segments of" if _has_join(node.child) else
+                "the union of its inputs, which read")
         plan.notes.append(
-            f"{node} does not decompose by segment: it groups a join, whose rows pair "
-            f"segments of {', '.join(f'{t} ({n})' for t, n in sorted(spans.items()))}; "
-            "its input rows are kept per segment and each occurrence joins and groups them")
+            f"{node} does not decompose by segment: it groups {what} "
+            f"{', '.join(f'{t} ({n})' for t, n in sorted(spans.items()))}; its input rows "
+            "are kept per segment and each occurrence combines and groups them")
     elif isinstance(node, Join):
         plan.notes.append(f"{node}: each occurrence joins the views of its window")
+    elif isinstance(node, Union):
+        plan.notes.append(f"{node}: each occurrence concatenates the views of its window")
     for child in node.children:
         _cut(child, plan)
+
+
+def _has_join(node: Node) -> bool:
+    return isinstance(node, Join) or any(_has_join(c) for c in node.children)
 
 
 def _view(kind: str, node: Node, plan: SeriesPlan) -> View:
@@ -166,8 +207,8 @@ def explain(plan: SeriesPlan) -> list[str]:
     for v in plan.view_list():
         if v.kind == "partial":
             n = plan.schedule.tables[v.table].last
-            lines.append(f"occurrence: merge (⊗) the {n} partial(s) of {v.table}, then "
-                         "answer (a)")
+            lines.append(f"occurrence: merge (⊗) the {n} partial(s) of {v.table}" + (
+                "" if v.branch else ", then answer (a)"))
     lines += [f"occurrence: {n}" for n in plan.notes]
     lines.append("reads its raw window at each occurrence" if plan.raw
                  else "decomposes into per-segment views" if plan.decomposed

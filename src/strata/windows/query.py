@@ -88,6 +88,10 @@ def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
     except sqlglot.errors.ParseError as e:
         raise QueryError(f"cannot parse the query: {e.errors[0]['description']}") from None
     tree = inline_ctes(tree)
+    if isinstance(tree, exp.SetOperation):
+        raise QueryError(f"a windowed query is one SELECT over one flow, not a "
+                         f"{tree.key.upper()}: write a window query per flow, or a query "
+                         "(strata query) that unions their answers")
     group = tree.args.get("group") if isinstance(tree, exp.Select) else None
     calls = [g for g in (group.expressions if group else [])
              if isinstance(g, exp.Anonymous) and g.name.upper() == _CALL]
