@@ -83,6 +83,17 @@ SHAPES: dict[str, tuple[str, str | None]] = {
     "union_distinct": ("SELECT y FROM R UNION SELECT y FROM P ORDER BY y", None),
     "intersect": ("SELECT x FROM R INTERSECT SELECT id FROM D", None),
     "except": ("SELECT x, y FROM P EXCEPT SELECT x, y FROM R", None),
+    # outer joins: unmatched rows padded with NULLs, taken back when a match arrives
+    "left_join_group_by": (
+        "SELECT D.grp, count(*) AS c, count(D.id) AS matched, sum(R.y) AS s FROM R "
+        "LEFT JOIN D ON R.x = D.id AND D.name <> 'n3' GROUP BY D.grp", None),
+    "anti_join": ("SELECT R.x, R.y FROM R LEFT JOIN D ON R.x = D.id WHERE D.id IS NULL",
+                  None),
+    "right_join": ("SELECT D.name, R.y FROM D RIGHT JOIN R ON R.x = D.id WHERE R.y > 0",
+                   None),
+    "left_join_grouped_right": (
+        "SELECT D.id, D.grp, t.s, t.n FROM D LEFT JOIN (SELECT x, sum(y) AS s, count(*) AS n "
+        "FROM R GROUP BY x) t ON D.id = t.x", None),
     # many-to-many joins: recomputed every epoch, as their stages opted in
     "many_to_many_group_by": (
         "SELECT R.x, count(*) AS c, sum(P.y) AS s FROM R JOIN P ON R.x = P.x GROUP BY R.x",

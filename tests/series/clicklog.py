@@ -53,6 +53,17 @@ SET_OPERATIONS = [
     ("union_rows", "SELECT A, D FROM today WHERE B > 6 UNION ALL SELECT A, D FROM yesterday "
      "WHERE B > 8", {"today": "log", "yesterday": "log[-1]"}, 1),
 ]
+# outer joins: q3 keeping today's groups that yesterday lacks; the markets of the last
+# three days that have no click in position 0 today (an anti-join)
+OUTER_JOINS = [
+    ("q3_left_join", "SELECT t.D AS D, t.m AS today, y.m AS yesterday FROM "
+     "(SELECT D, max(B) AS m FROM today WHERE A <> 'ru' GROUP BY D) t LEFT JOIN "
+     "(SELECT D, max(B) AS m FROM yesterday WHERE A = 'us' GROUP BY D) y ON t.D = y.D",
+     {"today": "log", "yesterday": "log[-1]"}, 1),
+    ("anti_join", "SELECT w.A AS A, w.n AS n FROM (SELECT A, count(*) AS n FROM week GROUP "
+     "BY A) w LEFT JOIN (SELECT DISTINCT A FROM today WHERE B = 0) t ON w.A = t.A "
+     "WHERE t.A IS NULL", {"today": "log", "week": "log[-2:0]"}, 1),
+]
 
 def segment(rng: random.Random, n: int) -> pa.Table:
     """``n`` clicks with Zipf-skewed positions."""

@@ -13,7 +13,15 @@ from strata.controller import Controller
 from strata.model.errors import EpochError, StrataError
 from strata.series import Series, add_series, series_stage_name
 from strata.series.adhoc import ad_hoc
-from tests.series.clicklog import DDL, SERIES, SET_OPERATIONS, canon, duckdb_answer, segment
+from tests.series.clicklog import (
+    DDL,
+    OUTER_JOINS,
+    SERIES,
+    SET_OPERATIONS,
+    canon,
+    duckdb_answer,
+    segment,
+)
 
 
 def _ingest(c, tmp_path, seg):
@@ -62,13 +70,14 @@ def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
         assert len(first) == c.read_flow("q1_daily_grouping", 6).num_rows
 
 
-def test_set_operation_series_under_the_controller_equal_duckdb(spark, tmp_path):
+def test_set_operation_and_outer_join_series_equal_duckdb(spark, tmp_path):
     """UNION ALL, EXCEPT and INTERSECT series (a partial view per branch, kept per
-    segment): every occurrence equals DuckDB's over the raw segments of its window."""
+    segment) and outer joins of views: every occurrence equals DuckDB's over the raw
+    segments of its window."""
     rng = random.Random(11)
     segments = [segment(rng, rng.choice([0, 25])) for _ in range(4)]
     series = [Series(name, sql, tables, period) for name, sql, tables, period in
-              SET_OPERATIONS]
+              [*SET_OPERATIONS, *OUTER_JOINS]]
     df = _dataflow(series, shared_scan=True)
     program = df.stages[series_stage_name("log")].program
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:

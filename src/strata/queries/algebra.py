@@ -3,7 +3,8 @@
 A query is a tree of nodes over strata flows (Fegaras's monoid comprehension algebra,
 restricted to what strata runs): ``Scan`` reads a flow; ``Map`` is a flatten-map that
 keeps at most one output per row (a filter and a projection); ``Join`` is a co-group on
-equal keys followed by a flatten, i.e. an inner equi-join; ``Nearest`` joins each row
+equal keys followed by a flatten, i.e. an inner equi-join (or a left outer one, keeping
+unmatched left rows padded with NULLs); ``Nearest`` joins each row
 with the row of a small relation that minimizes a distance (k-means' assignment step);
 ``GroupBy`` groups and reduces each group with monoids (a total aggregate is a group-by
 with no keys); ``Union`` is the bag union of inputs with the same columns (``UNION ALL``;
@@ -154,9 +155,11 @@ class _Binary(Node):
 
 @dataclass(frozen=True, eq=False)
 class Join(_Binary):
-    """Inner equi-join: rows of ``left`` and ``right`` with equal ``on`` columns."""
+    """Equi-join: rows of ``left`` and ``right`` with equal ``on`` columns; a ``left``
+    join also keeps each left row that matches none, its right columns NULL."""
 
     on: tuple[tuple[str, str], ...]
+    how: str = "inner"  # inner | left
 
     def __post_init__(self) -> None:
         self._check_disjoint("join")
@@ -192,10 +195,10 @@ class Join(_Binary):
 
     @cached_property
     def key(self) -> tuple[str, ...] | None:
-        if self.left_unique and self.right.key is not None:
+        if self.how == "inner" and self.left_unique and self.right.key is not None:
             return self.right.key
         if self.right_unique and self.left.key is not None:
-            return self.left.key
+            return self.left.key  # (a left row's NULL-padded copy is still one row)
         return None
 
     @property
@@ -211,7 +214,8 @@ class Join(_Binary):
         return "many-to-many"
 
     def __str__(self) -> str:
-        return f"join ({self.kind}) on " + " and ".join(f"{a} = {b}" for a, b in self.on)
+        how = "left join" if self.how == "left" else "join"
+        return f"{how} ({self.kind}) on " + " and ".join(f"{a} = {b}" for a, b in self.on)
 
 
 @dataclass(frozen=True, eq=False)
@@ -348,7 +352,7 @@ def normalize(node: Node) -> Node:
     if isinstance(node, Scan):
         return node
     if isinstance(node, Join):
-        return Join(normalize(node.left), normalize(node.right), node.on)
+        return Join(normalize(node.left), normalize(node.right), node.on, node.how)
     if isinstance(node, Nearest):
         return Nearest(normalize(node.left), normalize(node.right), node.distance)
     if isinstance(node, GroupBy):
@@ -372,12 +376,14 @@ def normalize(node: Node) -> Node:
         keep, left, right = [], [], []
         for c in conjuncts(where):
             used = column_names(c)
+            # above a left join, a right column may be a padding NULL: its filters stay
             (left if used <= set(child.left.columns) else
-             right if used <= set(child.right.columns) else keep).append(c)
+             right if used <= set(child.right.columns) and child.how == "inner"
+             else keep).append(c)
         if left or right:
             child = Join(normalize(Map(child.left, and_all(*left))) if left else child.left,
                          normalize(Map(child.right, and_all(*right))) if right else child.right,
-                         child.on)
+                         child.on, child.how)
             where = and_all(*keep)
     if where is None and (outputs is None or all(
             isinstance(e, exp.Column) and e.name == n for n, e in outputs)

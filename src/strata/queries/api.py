@@ -58,13 +58,16 @@ class Relation:
         return replace(base, select=base.select.where(condition, dialect="spark", copy=True))
 
     def join(self, other: Relation, on: str | tuple[str, str] | Sequence[tuple[str, str]],
-             ) -> Relation:
-        """Inner equi-join with ``other``: ``on`` is a column both have, a pair
-        ``(left column, right column)`` or a list of pairs."""
+             how: str = "inner") -> Relation:
+        """Equi-join with ``other``: ``on`` is a column both have, a pair ``(left column,
+        right column)`` or a list of pairs; ``how`` is ``inner``, ``left`` (every row of
+        this relation, NULLs where ``other`` has no match) or ``right``."""
+        if how not in ("inner", "left", "right"):
+            raise QueryError(f"join how={how!r}: use 'inner', 'left' or 'right'")
         pairs = [(on, on)] if isinstance(on, str) else [on] if isinstance(on[0], str) \
             else list(on)
         return self._join(other, lambda la, ra: " AND ".join(
-            f"{la}.{a} = {ra}.{b}" for a, b in pairs))
+            f"{la}.{a} = {ra}.{b}" for a, b in pairs), None if how == "inner" else how)
 
     def join_nearest(self, other: Relation, distance: str) -> Relation:
         """Join each row with the one row of ``other`` (a small relation, e.g. centroids)
@@ -72,14 +75,18 @@ class Relation:
         alias). Maintained only inside :func:`~strata.queries.iteration.iterate`."""
         return self._join(other, lambda la, ra: f"NEAREST({distance})")
 
-    def _join(self, other: Relation, condition: Callable[[str, str], str]) -> Relation:
+    def _join(self, other: Relation, condition: Callable[[str, str], str],
+              join_type: str | None = None) -> Relation:
         left = self._wrapped(_fresh("l")) if self._shaped() else self
         la = left.alias or _table_name(left.select)
-        if other._shaped() or not other.alias and other.select.args.get("joins"):
+        # an outer join with a join is joined as a subquery: (B JOIN C), not B then C
+        if other._shaped() or other.select.args.get("joins") and (join_type or
+                                                                   not other.alias):
             other = other._wrapped(_fresh("r"))
         ra = other.alias or _table_name(other.select)
         item = other.select.args["from_"].this.copy()
-        sel = left.select.join(item, on=condition(la, ra), dialect="spark", copy=True)
+        sel = left.select.join(item, on=condition(la, ra), join_type=join_type,
+                               dialect="spark", copy=True)
         for j in other.select.args.get("joins") or []:
             sel = sel.join(j.copy(), copy=False)
         return replace(left, select=sel, keys={**left.keys, **other.keys},

@@ -6,7 +6,8 @@
 * ``Union`` keeps nothing: its changes are its inputs' changes, concatenated.
 * ``Join`` keeps both inputs, each bucketed by its join key (the *lineage*: the key that
   lets a new row on one side find the rows it joins with on the other). Its changes are
-  ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. Many-to-many joins
+  ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. A left join adds its
+  padded rows' changes, from the net count of right rows per join key it touches. Many-to-many joins
   are refused: a new row may join with an unbounded number of old ones.
 * ``GroupBy`` keeps one row per group keyed by the group key: ``_cnt`` (the group's
   multiplicity) and each aggregate's monoid parts. ``h`` aggregates the increment per
@@ -143,6 +144,10 @@ class IncrementalQuery:
                          f"(append-only), lineage _j0… = join key, never re-shuffled")
             lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
                          "L._mult · R._mult")
+            if node.how == "left":
+                lines.append(f"{pad}  and the NULL-padded left rows: for each join key the "
+                             "epoch touches, L's rows × ([no R row now] − [no R row before])"
+                             ", ΔL's rows × [no R row now]")
         for c in node.children:
             self._explain(c, depth + 1, lines)
 
@@ -178,6 +183,12 @@ def derive(query: Query, iterate: str | None = None,
                     "declare the key of the side that is unique per join key (keys= in the "
                     "Python API, --key FLOW=COL in the CLI), or let it run by recomputation "
                     "(allow_recompute=True, --allow-recompute)")
+            if node.how == "left" and iterate is not None:
+                raise NotIncrementalError(
+                    f"left join on {' and '.join(f'{a} = {b}' for a, b in node.on)}",
+                    "is not supported in the step of an iteration",
+                    "join inside the step (inner join), or left-join the iterate's answer "
+                    "in a query downstream of it")
             out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
         elif isinstance(node, Nearest):
             if iterate is None or not isinstance(node.right, Scan) or \

@@ -1,8 +1,8 @@
 """The SQL front end: a ``SELECT`` over strata flows becomes a query of the algebra.
 
-Supported: ``SELECT [DISTINCT] … FROM flow [alias] [JOIN flow ON a.x = b.y [AND …]]…``
-(also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``, which
-joins each row with the center that minimizes ``distance``), ``WHERE`` (including
+Supported: ``SELECT [DISTINCT] … FROM flow [alias] [[LEFT|RIGHT] JOIN flow ON a.x = b.y
+[AND …]]…`` (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``,
+which joins each row with the center that minimizes ``distance``), ``WHERE`` (including
 ``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
 ``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT``, ``WITH`` (its CTEs inlined as
 subqueries, :mod:`strata.queries.ctes`) and the set operations ``UNION [ALL]``,
@@ -37,6 +37,7 @@ from strata.queries.expressions import (
     MULT,
     and_all,
     col,
+    column_names,
     conjuncts,
     is_aggregate,
     widest,
@@ -157,9 +158,7 @@ class _Converter:
         scope.aliases[alias] = cols
         leftover: list[exp.Expression] = []
         for j in joins:
-            kind = (j.args.get("side") or j.args.get("kind") or "").upper()
-            if kind not in ("", "INNER"):
-                raise QueryError(f"{kind} JOIN is not supported; only inner equi-joins are")
+            side = _join_side(j)
             right, ralias, rcols = self._source(j.this, True)
             if ralias in scope.aliases:
                 raise QueryError(f"alias {ralias!r} is used twice; give each table its own")
@@ -174,7 +173,7 @@ class _Converter:
                                      "expression")
                 node = Nearest(node, right, scope.qualify(on_expr.expressions[0]))
                 continue
-            pairs = []
+            pairs, extra = [], []
             for c in conjuncts(on_expr):
                 q = scope.qualify(c)
                 if isinstance(q, exp.EQ) and all(isinstance(s, exp.Column) for s in
@@ -186,11 +185,17 @@ class _Converter:
                     if b in left_cols and a in rcols.values():
                         pairs.append((b, a))
                         continue
-                leftover.append(q)
+                extra.append((q, c))
             if not pairs:
                 raise QueryError(f"JOIN {ralias}: ON needs an equality between a column of "
                                  f"{ralias} and one of the tables before it")
-            node = Join(node, right, tuple(pairs))
+            if side == "INNER":
+                leftover += [q for q, _ in extra]
+                node = Join(node, right, tuple(pairs))
+                continue
+            if leftover:  # earlier joins' conditions, before rows may be padded
+                node, leftover = Map(node, and_all(*leftover)), []
+            node = _outer_join(node, right, pairs, extra, side, ralias)
         return node, scope, leftover
 
     # -- SELECT ------------------------------------------------------------------------
@@ -439,6 +444,48 @@ def _output_aliases(e: exp.Expression, scope: _Scope,
         return n
 
     return e.transform(sub)
+
+
+def _join_side(j: exp.Join) -> str:
+    """INNER, LEFT or RIGHT; a QueryError for the joins strata does not maintain."""
+    side = (j.args.get("side") or "").upper()
+    kind = (j.args.get("kind") or "").upper()
+    if side in ("", "INNER") and kind in ("", "INNER"):
+        return "INNER"
+    if side in ("LEFT", "RIGHT") and kind in ("", "OUTER"):
+        return side
+    written = " ".join(w for w in (side, kind) if w)
+    if side == "FULL":
+        raise QueryError(f"{written} JOIN is not supported; write it as a LEFT JOIN UNION "
+                         "ALL the right rows without a match (a RIGHT JOIN … WHERE the left "
+                         "key IS NULL)")
+    if kind in ("SEMI", "ANTI"):
+        raise QueryError(f"{written} JOIN is not supported; write a semi-join as "
+                         "`WHERE col IN (SELECT …)`, an anti-join as a LEFT JOIN … WHERE "
+                         "the right key IS NULL")
+    raise QueryError(f"{written} JOIN is not supported; inner and LEFT/RIGHT [OUTER] "
+                     "equi-joins are")
+
+
+def _outer_join(node: Node, other: Node, pairs: list[tuple[str, str]],
+                extra: list[tuple[exp.Expression, exp.Expression]], side: str,
+                alias: str) -> Node:
+    """``node LEFT|RIGHT JOIN other`` as a left join (a right join with its sides swapped,
+    then its columns put back in order). An ON condition beyond the equalities may read
+    the side whose rows can be padded only: it filters that side before the join."""
+    kept, padded = (node, other) if side == "LEFT" else (other, node)
+    for q, written in extra:  # (qualified, as written)
+        if not column_names(q) <= set(padded.columns):
+            raise QueryError(
+                f"{side} JOIN {alias}: ON {written.sql(dialect='spark')!r} reads the columns "
+                "of the side whose every row is kept; move it to WHERE (to drop those rows) "
+                "or to a CASE in SELECT")
+    if extra:
+        padded = Map(padded, and_all(*(q for q, _ in extra)))
+    if side == "LEFT":
+        return Join(kept, padded, tuple(pairs), "left")
+    swapped = Join(kept, padded, tuple((b, a) for a, b in pairs), "left")
+    return Map(swapped, None, passthrough([*node.columns, *other.columns]))
 
 
 def _cast(e: exp.Expression, to: str, was: str) -> exp.Expression:

@@ -173,7 +173,7 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
             left, right = evaluate(node.left), evaluate(node.right)
             cond = functools.reduce(lambda a, b: a & b, [
                 left[f"`{lc}`"] == right[f"`{rc}`"] for lc, rc in node.on])
-            return left.join(right, cond, "inner")
+            return left.join(right, cond, node.how)
         branches = union_partials(node, plan)
         if branches is not None:
             assert isinstance(node, GroupBy)
