@@ -356,3 +356,60 @@ def paired(a: pa.Table, b: pa.Table, lineage: Sequence[str], lcols: Sequence[str
         return None  # Spark's overflow error
     return pa.table({**{c: left.column(c) for c in lcols},
                      **{c: right.column(c) for c in rcols}, MULT: mult})
+
+
+def _joinable(t: pa.DataType) -> bool:
+    """A lineage type Arrow's hash join compares as Spark does (not floats: -0.0)."""
+    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+            or pa.types.is_decimal(t))
+
+
+def padded(new_left: pa.Table, new_right: pa.Table, unkeyed: pa.Table,
+           left: Sequence[pa.Table], right: Sequence[pa.Table], lineage: Sequence[str],
+           lcols: Sequence[str], rtypes: Mapping[str, pa.DataType]) -> pa.Table | None:
+    """A left join's changes to its NULL-padded rows, as the evaluator's Spark plan
+    computes them: per join key of ``new_left`` or ``new_right`` (the epoch's keyed
+    changes), the stored ``left`` rows × ([no right row now] − [no right row before]),
+    the new left rows × [no right row now], and ``unkeyed`` (new left rows with a NULL
+    key). None when a lineage type or an error is Spark's to handle."""
+    lineage = list(lineage)
+    if not all(_joinable(new_left.schema.field(j).type) for j in lineage):
+        return None
+
+    def net(t: pa.Table, name: str) -> pa.Table:
+        g = t.group_by(lineage, use_threads=False).aggregate([(MULT, "sum")])
+        return g.rename_columns([name if c == f"{MULT}_sum" else c for c in g.column_names])
+
+    try:
+        keys = pa.concat_tables([new_left.select(lineage), new_right.select(lineage)],
+                                promote_options="permissive").group_by(
+                                    lineage, use_threads=False).aggregate([])
+        counts = keys.join(net(new_right, "_dc"), lineage, join_type="left outer",
+                           use_threads=False)
+        before = pa.repeat(pa.scalar(0, pa.int64()), counts.num_rows)
+        stored = [t for t in right if t.num_rows]
+        if stored:
+            old = pa.concat_tables(stored, promote_options="permissive").join(
+                keys, lineage, join_type="left semi", use_threads=False)
+            counts = counts.join(net(old, "_oc"), lineage, join_type="left outer",
+                                 use_threads=False)
+            before = pc.fill_null(counts.column("_oc"), 0)
+        after = pc.add_checked(before, pc.fill_null(counts.column("_dc"), 0))
+        none_now = pc.equal(after, 0)
+        flip = pc.subtract(none_now.cast(pa.int64()), pc.equal(before, 0).cast(pa.int64()))
+        counts = counts.select(lineage).append_column("_flip", flip)
+        parts = [new_left.join(counts.filter(none_now).select(lineage), lineage,
+                               join_type="left semi", use_threads=False).select(
+                                   [*lcols, MULT]), unkeyed.select([*lcols, MULT])]
+        flipped = counts.filter(pc.not_equal(flip, 0))
+        for t in left:
+            if t.num_rows and flipped.num_rows:
+                j = t.join(flipped, lineage, join_type="inner", use_threads=False)
+                parts.append(j.select(list(lcols)).append_column(
+                    MULT, pc.multiply_checked(j.column(MULT), j.column("_flip"))))
+        rows = pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+        return None
+    pads = {c: pa.nulls(rows.num_rows, t) for c, t in rtypes.items()}
+    return pa.table({**{c: rows.column(c) for c in lcols}, **pads, MULT: rows.column(MULT)})

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -227,8 +228,7 @@ class Evaluator:
                 for c, t, j in zip(cols, types, lineage, strict=True)])
 
         outer = node.how == "left"
-        held = self._join_held(plan, dl, dr, types, lineage) if self.arrow and not outer \
-            else None
+        held = self._join_held(plan, dl, dr, types, lineage) if self.arrow else None
         if held is not None:
             return held
         unkeyed = dl.where(" OR ".join(f"`{c}` IS NULL" for c in node.left_keys)) \
@@ -325,11 +325,22 @@ class Evaluator:
                 *((lt, b) for lt in sides["left"] if b.num_rows)]
         lcols, rcols = list(node.left.columns), list(node.right.columns)
         pairs = [arrow_step.paired(x, y, lineage, lcols, rcols) for x, y in todo]
-        if any(p is None for p in pairs):
-            return None
         fields = {**{f.name: f for f in kr.schema.fields}, **{f.name: f for f in kl.schema.fields}}
+        if node.how == "left":  # the right columns are NULL in padded rows
+            fields.update({c: StructField(c, fields[c].dataType, True) for c in rcols})
         schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
         arrow_schema = driver_rows.arrow_schema(schema)
+        if node.how == "left":
+            rows = driver_rows.held(dl)
+            assert rows is not None  # held, as with_lineage found
+            no_key = pc.is_null(rows.column(node.left_keys[0]))
+            for c in node.left_keys[1:]:
+                no_key = pc.or_(no_key, pc.is_null(rows.column(c)))
+            pairs.append(arrow_step.padded(
+                a, b, rows.filter(no_key), sides["left"], sides["right"], lineage, lcols,
+                {c: arrow_schema.field(c).type for c in rcols}))
+        if any(p is None for p in pairs):
+            return None
         try:
             out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

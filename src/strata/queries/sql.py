@@ -14,6 +14,7 @@ as Spark does; the distinct ones are group-bys over a bag union); aggregates ``c
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 
@@ -452,27 +453,33 @@ def _join_side(j: exp.Join) -> str:
     kind = (j.args.get("kind") or "").upper()
     if side in ("", "INNER") and kind in ("", "INNER"):
         return "INNER"
-    if side in ("LEFT", "RIGHT") and kind in ("", "OUTER"):
+    if side in ("LEFT", "RIGHT", "FULL") and kind in ("", "OUTER"):
         return side
     written = " ".join(w for w in (side, kind) if w)
-    if side == "FULL":
-        raise QueryError(f"{written} JOIN is not supported; write it as a LEFT JOIN UNION "
-                         "ALL the right rows without a match (a RIGHT JOIN … WHERE the left "
-                         "key IS NULL)")
     if kind in ("SEMI", "ANTI"):
         raise QueryError(f"{written} JOIN is not supported; write a semi-join as "
                          "`WHERE col IN (SELECT …)`, an anti-join as a LEFT JOIN … WHERE "
                          "the right key IS NULL")
-    raise QueryError(f"{written} JOIN is not supported; inner and LEFT/RIGHT [OUTER] "
-                     "equi-joins are")
+    raise QueryError(f"{written} JOIN is not supported; inner and LEFT/RIGHT/FULL "
+                     "[OUTER] equi-joins are")
 
 
 def _outer_join(node: Node, other: Node, pairs: list[tuple[str, str]],
                 extra: list[tuple[exp.Expression, exp.Expression]], side: str,
                 alias: str) -> Node:
-    """``node LEFT|RIGHT JOIN other`` as a left join (a right join with its sides swapped,
-    then its columns put back in order). An ON condition beyond the equalities may read
-    the side whose rows can be padded only: it filters that side before the join."""
+    """``node LEFT|RIGHT|FULL JOIN other`` as left joins: a right join is one with its
+    sides swapped, then its columns put back in order; a full join is the left join
+    UNION ALL the right join's rows that match nothing (each with its own state). An ON
+    condition beyond the equalities may read the side whose rows can be padded only: it
+    filters that side before the join."""
+    if side == "FULL":
+        if extra:
+            raise QueryError(f"FULL JOIN {alias}: ON may only equate columns here; filter "
+                             "either side in a subquery")
+        unmatched = Map(_outer_join(copy.deepcopy(node), copy.deepcopy(other), pairs, [],
+                                    "RIGHT", alias), exp.Is(this=col(pairs[0][0]),
+                                                            expression=exp.Null()))
+        return Union((_outer_join(node, other, pairs, [], "LEFT", alias), unmatched))
     kept, padded = (node, other) if side == "LEFT" else (other, node)
     for q, written in extra:  # (qualified, as written)
         if not column_names(q) <= set(padded.columns):
