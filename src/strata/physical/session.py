@@ -13,6 +13,10 @@ from pyspark.sql import SparkSession
 
 from strata.model.errors import StrataError
 
+# Epochs evaluate time functions (date_trunc, to_date, hour, …) in UTC whatever the
+# session or the machine says, so an answer (and the state it is built from) never
+# depends on where an epoch ran: docs/architecture.md, "The life of one epoch".
+TIME_ZONE = "spark.sql.session.timeZone"
 DEFAULT_MASTER = "local[*]"
 
 
@@ -68,6 +72,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         .appName(app_name)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
+        .config(TIME_ZONE, "UTC")
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.ui.enabled", "true")
@@ -98,6 +103,7 @@ def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
         SparkSession.builder.remote(remote)
         .appName(app_name)
         .config("spark.sql.adaptive.enabled", "false")
+        .config(TIME_ZONE, "UTC")
     )
     for k, v in conf.items():
         builder = builder.config(k.replace("_", "."), v)
