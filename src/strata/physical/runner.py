@@ -186,7 +186,7 @@ class SparkStageRunner:
             sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({program.kind})")
         crash_later("during-job", 0.5)
         first = None if connect or not program.records_spark_io else newest_job(self.spark)
-        zone = self.spark.conf.get(TIME_ZONE)
+        zone = self.spark.conf.get(TIME_ZONE) or "UTC"
         if zone != "UTC":
             self.spark.conf.set(TIME_ZONE, "UTC")
         try:
