@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
 from strata.model.errors import StrataError
-from strata.queries import arrow_step, driver_rows
+from strata.queries import arrow_step, driver_rows, outer_join
 from strata.queries.algebra import GroupBy, Join, Map, Nearest, Node, Scan, Union
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
@@ -262,7 +262,8 @@ class Evaluator:
             parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
         if outer:
             assert unkeyed is not None
-            parts.append(self._padded(plan, dl, dr, unkeyed, left, right, lineage))
+            parts.append(outer_join.padded(plan.node, dl, dr, unkeyed, left, right,
+                                           lineage))
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
@@ -270,37 +271,6 @@ class Evaluator:
         for side, delta in (("left", dl), ("right", dr)):
             self._append(f"{plan.name}_{side}", delta, lineage)
         return out
-
-    def _padded(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame, unkeyed: DataFrame,
-                left: DataFrame | None, right: DataFrame | None,
-                lineage: list[str]) -> DataFrame:
-        """A left join's changes to its NULL-padded rows: for each join key the epoch
-        touches, the stored left rows × ([no right row now] − [no right row before]); the
-        new left rows × [no right row now]; new left rows with a NULL key, always padded.
-        "No right row" is the net count of right rows (deletes subtract) being 0."""
-        node = plan.node
-        touched = dl.select(*lineage).unionByName(dr.select(*lineage)).distinct()
-        change = dr.groupBy(*lineage).agg(F.sum(MULT).alias("_dc"))
-        counts = touched.join(change, lineage, "left")
-        if right is not None:
-            before = (right.join(touched, lineage, "left_semi").groupBy(*lineage)
-                      .agg(F.sum(MULT).alias("_oc")))
-            counts = counts.join(before, lineage, "left")
-        else:
-            counts = counts.withColumn("_oc", F.lit(0).cast("bigint"))
-        old_none = (F.coalesce(F.col("_oc"), F.lit(0)) == 0).cast("bigint")
-        new_none = ((F.coalesce(F.col("_oc"), F.lit(0)) + F.coalesce(F.col("_dc"), F.lit(0)))
-                    == 0).cast("bigint")
-        counts = counts.select(*lineage, (new_none - old_none).alias("_flip"),
-                               new_none.alias("_none"))
-        lcols = [F.col(f"`{c}`") for c in node.left.columns]
-        rows = [dl.join(counts.where("_none = 1"), lineage, "left_semi").select(*lcols, MULT),
-                unkeyed.select(*lcols, MULT)]
-        if left is not None:
-            rows.append(left.join(counts.where("_flip <> 0"), lineage).select(
-                *lcols, (F.col(MULT) * F.col("_flip")).alias(MULT)))
-        pads = [F.lit(None).cast(t).alias(c) for c, t in node.right.columns.items()]
-        return functools.reduce(DataFrame.unionByName, rows).select(*lcols, *pads, MULT)
 
     def _join_held(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame, types: list[str],
                    lineage: list[str]) -> DataFrame | None:
@@ -336,7 +306,7 @@ class Evaluator:
             no_key = pc.is_null(rows.column(node.left_keys[0]))
             for c in node.left_keys[1:]:
                 no_key = pc.or_(no_key, pc.is_null(rows.column(c)))
-            pairs.append(arrow_step.padded(
+            pairs.append(outer_join.padded_arrow(
                 a, b, rows.filter(no_key), sides["left"], sides["right"], lineage, lcols,
                 {c: arrow_schema.field(c).type for c in rcols}))
         if any(p is None for p in pairs):

@@ -1,7 +1,7 @@
 """The SQL front end: a ``SELECT`` over strata flows becomes a query of the algebra.
 
-Supported: ``SELECT [DISTINCT] … FROM flow [alias] [[LEFT|RIGHT] JOIN flow ON a.x = b.y
-[AND …]]…`` (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``,
+Supported: ``SELECT [DISTINCT] … FROM flow [alias] [[LEFT|RIGHT|FULL] JOIN flow ON a.x =
+b.y [AND …]]…`` (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON NEAREST(distance)``,
 which joins each row with the center that minimizes ``distance``), ``WHERE`` (including
 ``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
 ``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT``, ``WITH`` (its CTEs inlined as
@@ -9,7 +9,8 @@ subqueries, :mod:`strata.queries.ctes`) and the set operations ``UNION [ALL]``,
 ``INTERSECT`` and ``EXCEPT`` (columns matched by position, named by the first branch,
 as Spark does; the distinct ones are group-bys over a bag union); aggregates ``count``,
 ``count(distinct …)``, ``sum``, ``avg``, ``min``, ``max``, ``stddev``/``variance``
-(sample and population) and user aggregates. Anything else is refused with a message that names it.
+(sample and population) and user aggregates. Anything else is refused with a message
+that names it.
 """
 
 from __future__ import annotations
@@ -448,7 +449,7 @@ def _output_aliases(e: exp.Expression, scope: _Scope,
 
 
 def _join_side(j: exp.Join) -> str:
-    """INNER, LEFT or RIGHT; a QueryError for the joins strata does not maintain."""
+    """INNER, LEFT, RIGHT or FULL; a QueryError for the joins strata does not maintain."""
     side = (j.args.get("side") or "").upper()
     kind = (j.args.get("kind") or "").upper()
     if side in ("", "INNER") and kind in ("", "INNER"):
