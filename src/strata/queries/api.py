@@ -48,9 +48,7 @@ class Relation:
                     or s.args.get("limit") or s.expressions != [exp.Star()])
 
     def _wrapped(self, alias: str) -> Relation:
-        sub = exp.select("*").from_(exp.Subquery(this=self.select, alias=exp.TableAlias(
-            this=exp.to_identifier(alias))))
-        return replace(self, select=sub, alias=alias)
+        return replace(self, select=_from_subquery(self.select, alias), alias=alias)
 
     def where(self, condition: str) -> Relation:
         """Keep rows satisfying ``condition``."""
@@ -127,9 +125,7 @@ class Relation:
                        distinct: bool) -> Relation:
         alias = _fresh("u")
         both = make(self.select.copy(), other.select.copy(), distinct=distinct)
-        sel = exp.select("*").from_(exp.Subquery(this=both, alias=exp.TableAlias(
-            this=exp.to_identifier(alias))))
-        return Relation(sel, {**self.keys, **other.keys},
+        return Relation(_from_subquery(both, alias), {**self.keys, **other.keys},
                         {**self.aggregates, **other.aggregates}, alias)
 
     def order_by(self, *columns: str) -> Relation:
@@ -173,6 +169,12 @@ def table(flow: str, *, key: str | Sequence[str] | None = None, alias: str = "")
         src = exp.alias_(src, alias, table=True)
     keys = {flow: (key,) if isinstance(key, str) else tuple(key)} if key else {}
     return Relation(exp.select("*").from_(src), keys, {}, alias)
+
+
+def _from_subquery(query: exp.Expression, alias: str) -> exp.Select:
+    """``SELECT * FROM (query) alias``."""
+    return exp.select("*").from_(exp.Subquery(this=query, alias=exp.TableAlias(
+        this=exp.to_identifier(alias))))
 
 
 def _table_name(select: exp.Select) -> str:

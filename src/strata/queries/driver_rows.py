@@ -138,7 +138,7 @@ def with_live(df: DataFrame, count: str | None, name: str = "_live") -> DataFram
     return from_arrow(df.sparkSession, table.append_column(name, live), schema)
 
 
-def _groupable(t: pa.DataType) -> bool:
+def groupable(t: pa.DataType) -> bool:
     """Whether Arrow groups a key field of type ``t`` as Spark compares it in a join
     (floats are not: Spark equates -0.0 with 0.0 and NaN with NaN)."""
     return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
@@ -155,7 +155,7 @@ def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None
         return None
     key_type = a.schema.field(key).type
     if not pa.types.is_struct(key_type) or not all(
-            _groupable(key_type.field(i).type) for i in range(key_type.num_fields)):
+            groupable(key_type.field(i).type) for i in range(key_type.num_fields)):
         return None
     both = pa.concat_tables([a.cast(_nullable(a.schema)),
                              b.cast(_nullable(a.schema))]).combine_chunks()
@@ -246,7 +246,7 @@ def netted(frames: Sequence[DataFrame], mult: str = "_mult") -> DataFrame | None
     both = pa.concat_tables([t.cast(_nullable(tables[0].schema))  # type: ignore[union-attr]
                              for t in tables])
     keys = [c for c in both.column_names if c != mult]
-    if not all(pa.types.is_floating(t) or _groupable(t)
+    if not all(pa.types.is_floating(t) or groupable(t)
                for t in both.select(keys).schema.types):
         return None
     sums = both.group_by(keys, use_threads=False).aggregate([(mult, "sum")])

@@ -217,13 +217,16 @@ class Evaluator:
 
         lineage = [f"_j{i}" for i in range(len(types))]
 
-        def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
-            # the lineage is the join key cast to a common type, one top-level column per
-            # part: Spark hashes and compares those far faster than a struct of them
+        def known(cols: list[str]) -> Column:
             ok = F.lit(True)
             for c in cols:
                 ok = ok & F.col(f"`{c}`").isNotNull()  # NULL never equals anything
-            return d.where(ok).select("*", *[
+            return ok
+
+        def keyed(d: DataFrame, cols: list[str]) -> DataFrame:
+            # the lineage is the join key cast to a common type, one top-level column per
+            # part: Spark hashes and compares those far faster than a struct of them
+            return d.where(known(cols)).select("*", *[
                 F.col(f"`{c}`").cast(t).alias(j)
                 for c, t, j in zip(cols, types, lineage, strict=True)])
 
@@ -231,8 +234,7 @@ class Evaluator:
         held = self._join_held(plan, dl, dr, types, lineage) if self.arrow else None
         if held is not None:
             return held
-        unkeyed = dl.where(" OR ".join(f"`{c}` IS NULL" for c in node.left_keys)) \
-            if outer else None
+        unkeyed = dl.where(~known(node.left_keys)) if outer else None
         dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
         left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
             f"{plan.name}_right")

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from strata.queries import driver_rows
 from strata.queries.algebra import Join
 from strata.queries.expressions import MULT
 
@@ -57,13 +58,6 @@ def padded(node: Join, dl: DataFrame, dr: DataFrame, unkeyed: DataFrame,
     return functools.reduce(DataFrame.unionByName, rows).select(*lcols, *pads, MULT)
 
 
-def _joinable(t: pa.DataType) -> bool:
-    """A lineage type Arrow's hash join compares as Spark does (not floats: -0.0)."""
-    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
-            or pa.types.is_decimal(t))
-
-
 def padded_arrow(new_left: pa.Table, new_right: pa.Table, unkeyed: pa.Table,
                  left: Sequence[pa.Table], right: Sequence[pa.Table],
                  lineage: Sequence[str], lcols: Sequence[str],
@@ -72,7 +66,7 @@ def padded_arrow(new_left: pa.Table, new_right: pa.Table, unkeyed: pa.Table,
     from held tables (``left`` and ``right``: the stored inputs' tables); None when a
     lineage type or an error is Spark's to handle."""
     lineage = list(lineage)
-    if not all(_joinable(new_left.schema.field(j).type) for j in lineage):
+    if not all(driver_rows.groupable(new_left.schema.field(j).type) for j in lineage):
         return None
 
     def net(t: pa.Table, name: str) -> pa.Table:
