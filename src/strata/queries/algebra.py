@@ -7,7 +7,8 @@ equal keys followed by a flatten, i.e. an inner equi-join (or a left outer one, 
 unmatched left rows padded with NULLs); ``Nearest`` joins each row
 with the row of a small relation that minimizes a distance (k-means' assignment step);
 ``GroupBy`` groups and reduces each group with monoids (a total aggregate is a group-by
-with no keys); ``Union`` is the bag union of inputs with the same columns (``UNION ALL``;
+with no keys); ``Explode`` repeats each row once per element of an array (``LATERAL VIEW
+explode``); ``Union`` is the bag union of inputs with the same columns (``UNION ALL``;
 ``UNION``, ``INTERSECT`` and ``EXCEPT`` are group-bys over it).
 :func:`normalize` fuses adjacent maps and pushes filters below joins.
 
@@ -297,6 +298,47 @@ class GroupBy(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Explode(Node):
+    """Each row of ``child`` once per element of array ``source``, the element as column
+    ``name`` (``explode``); ``outer`` also keeps a row whose array is NULL or empty, once,
+    with a NULL element (``explode_outer``)."""
+
+    child: Node
+    name: str
+    source: Expr
+    outer: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name in self.child.columns or self.name == MULT:
+            raise QueryError(f"explode's column {self.name!r} is already a column; name it "
+                             f"differently (AS …)")
+        self.columns  # noqa: B018  (type-checks the source)
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child,)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        array = type_of(self.source, self.child.columns)
+        if not (array.startswith("array<") and array.endswith(">")):
+            raise QueryError(f"explode({to_sql(self.source)}) needs an array, not {array}")
+        return {**self.child.columns, self.name: array[len("array<"):-1]}
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        return None  # an array may repeat an element
+
+    @property
+    def retracts(self) -> bool:
+        return self.child.retracts
+
+    def __str__(self) -> str:
+        gen = "explode_outer" if self.outer else "explode"
+        return f"{gen} {to_sql(self.source)} as {self.name}"
+
+
+@dataclass(frozen=True, eq=False)
 class Union(Node):
     """The rows of all ``inputs`` (a bag union, ``UNION ALL``); each input has the same
     columns, in the same order, with the same types (the SQL front end aligns them)."""
@@ -359,6 +401,8 @@ def normalize(node: Node) -> Node:
         return replace(node, child=normalize(node.child), answer_types={})
     if isinstance(node, Union):
         return Union(tuple(normalize(c) for c in node.inputs))
+    if isinstance(node, Explode):
+        return replace(node, child=normalize(node.child))
     assert isinstance(node, Map)
     child = normalize(node.child)
     where, outputs = node.where, node.outputs
@@ -385,6 +429,13 @@ def normalize(node: Node) -> Node:
                          normalize(Map(child.right, and_all(*right))) if right else child.right,
                          child.on, child.how)
             where = and_all(*keep)
+    if isinstance(child, Explode) and where is not None:  # filter rows before repeating them
+        below, above = [], []
+        for c in conjuncts(where):
+            (above if child.name in column_names(c) else below).append(c)
+        if below:
+            child = replace(child, child=normalize(Map(child.child, and_all(*below))))
+            where = and_all(*above)
     if where is None and (outputs is None or all(
             isinstance(e, exp.Column) and e.name == n for n, e in outputs)
             and [n for n, _ in outputs] == list(child.columns)):

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import sqlglot
 from sqlglot import exp
 
 from strata.queries.algebra import Query
@@ -96,6 +97,18 @@ class Relation:
         exprs = [*columns, *(f"{e} AS {n}" for n, e in named.items())]
         return replace(base, select=base.select.select(*exprs, append=False, dialect="spark",
                                                        copy=True))
+
+    def explode(self, array: str, name: str, *, outer: bool = False) -> Relation:
+        """Each row once per element of ``array`` (an expression), the element as column
+        ``name`` (``LATERAL VIEW explode``); ``outer`` keeps a row whose array is NULL or
+        empty once, with a NULL element."""
+        base = self._wrapped(_fresh("e")) if self._shaped() else self
+        view = sqlglot.parse_one(
+            f"SELECT * FROM t LATERAL VIEW {'OUTER ' if outer else ''}explode({array}) "
+            f"{_fresh('x')} AS {name}", read="spark").args["laterals"][0]
+        sel = base.select.copy()
+        sel.append("laterals", view)
+        return replace(base, select=sel)
 
     def group_by(self, *keys: str) -> Grouped:
         """Group by ``keys``; finish with :meth:`Grouped.agg`."""

@@ -4,6 +4,8 @@
 
 * ``Map`` keeps nothing: it maps the increment's rows (multiplicities pass through).
 * ``Union`` keeps nothing: its changes are its inputs' changes, concatenated.
+* ``Explode`` keeps nothing: it repeats each changed row per element (multiplicities
+  pass through), as ``Map`` does with one output per row.
 * ``Join`` keeps both inputs, each bucketed by its join key (the *lineage*: the key that
   lets a new row on one side find the rows it joins with on the other). Its changes are
   ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. A left join adds its
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from strata.queries.algebra import (
+    Explode,
     GroupBy,
     Join,
     Map,
@@ -138,6 +141,9 @@ class IncrementalQuery:
                          "assignment (the diffusion approximation)")
         elif isinstance(node, Union):
             lines.append(f"{pad}  no state: Δout = the inputs' changes, concatenated")
+        elif isinstance(node, Explode):
+            lines.append(f"{pad}  no state: Δout = each changed row once per element, "
+                         "_mult kept")
         elif isinstance(node, Join):
             plan = self.joins[id(node)]
             lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
@@ -203,7 +209,7 @@ def derive(query: Query, iterate: str | None = None,
             monoids = [monoid(a, f"_p{i}", node.child.columns, node.child.retracts)
                        for i, a in enumerate(node.aggs)]
             out.groups[id(node)] = GroupPlan(node, f"group{next(counter)}", monoids)
-        elif not isinstance(node, (Map, Scan, Nearest, Union)):
+        elif not isinstance(node, (Map, Scan, Nearest, Union, Explode)):
             raise NotIncrementalError(type(node).__name__, "is not a query operator")
 
     visit(root)

@@ -23,6 +23,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata.queries.algebra import (
+    Explode,
     GroupBy,
     Join,
     Map,
@@ -88,6 +89,9 @@ def parse_select(sql: str) -> exp.Select | exp.SetOperation:
 def tables_read(sql: str) -> list[str]:
     """The flows (tables) ``sql`` reads, sorted, once its CTEs are inlined."""
     return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
+
+
+_GENERATOR = " generator"  # the scope's name for an explode in SELECT (no user can type it)
 
 
 class _Scope:
@@ -204,10 +208,12 @@ class _Converter:
     def query(self, select: exp.Select | exp.SetOperation) -> Query:
         if isinstance(select, exp.SetOperation):
             return self._set_operation(select)
-        for unsupported in ("windows", "qualify", "laterals", "pivots"):
+        for unsupported in ("windows", "qualify", "pivots"):
             if select.args.get(unsupported):
                 raise QueryError(f"{unsupported.upper()} is not supported in queries")
         node, scope, conds = self._from(select)
+        for lateral in select.args.get("laterals") or []:
+            node = self._lateral_view(node, scope, lateral)
         where = select.args.get("where")
         if where is not None:
             for c in conjuncts(where.this):
@@ -230,12 +236,56 @@ class _Converter:
         group = select.args.get("group")
         having = select.args.get("having")
         has_agg = any(is_aggregate(n) for _, e in items for n in e.walk())
+        generators = [i for i, (_, e) in enumerate(items) if isinstance(e, exp.Explode)]
+        if generators:
+            if len(generators) > 1 or group is not None or has_agg or having is not None \
+                    or select.args.get("distinct"):
+                raise QueryError("explode in SELECT: one per query, without GROUP BY, "
+                                 "DISTINCT or aggregates; explode in a subquery (or with "
+                                 "LATERAL VIEW) and group outside it")
+            node, items = self._select_generator(node, scope, items, generators[0])
         if group is not None or has_agg or having is not None or select.args.get("distinct"):
             node = self._group_by(node, scope, items, group, having,
                                   bool(select.args.get("distinct")))
         else:
             node = Map(node, None, tuple((n, scope.qualify(e)) for n, e in items))
         return Query(node, self._order(select, node), self._limit(select))
+
+    def _lateral_view(self, node: Node, scope: _Scope, lateral: exp.Lateral) -> Node:
+        """``LATERAL VIEW [OUTER] explode(array) [alias] [AS name]`` over ``node``."""
+        alias = lateral.args.get("alias")
+        names = [c.name for c in alias.columns] if alias is not None else []
+        table = alias.name if alias is not None and alias.name else f"_lateral{len(scope.aliases)}"
+        gen = lateral.this
+        if not lateral.args.get("view") or not isinstance(gen, exp.Explode) or \
+                isinstance(gen, exp.Posexplode) or len(names) > 1:
+            raise QueryError(f"{lateral.sql(dialect='spark')!r}: a lateral view is supported "
+                             "as LATERAL VIEW [OUTER] explode(array) alias AS name")
+        if table in scope.aliases:
+            raise QueryError(f"alias {table!r} is used twice; give each table its own")
+        name = names[0] if names else "col"
+        internal = name if name not in node.columns else f"{table}__{name}"
+        out = Explode(node, internal, scope.qualify(gen.this),
+                      bool(lateral.args.get("outer")) or isinstance(gen, exp.ExplodeOuter))
+        scope.aliases[table] = {name: internal}
+        return out
+
+    def _select_generator(self, node: Node, scope: _Scope,
+                          items: list[tuple[str, exp.Expression]], i: int
+                          ) -> tuple[Node, list[tuple[str, exp.Expression]]]:
+        """``SELECT …, explode(array) AS name, …``: the rows exploded, the item a column."""
+        name, gen = items[i]
+        if isinstance(gen, exp.Posexplode):
+            raise QueryError(f"{gen.sql(dialect='spark')!r}: posexplode is not supported; "
+                             "use explode")
+        if not isinstance(items[i][1].parent, exp.Alias):
+            name = "col"  # Spark's name for an unnamed explode
+        internal = f"_exploded{len(node.columns)}"
+        node = Explode(node, internal, scope.qualify(gen.this), isinstance(gen, exp.ExplodeOuter))
+        scope.aliases[_GENERATOR] = {internal: internal}
+        items = list(items)
+        items[i] = (name, exp.column(internal, table=_GENERATOR))
+        return node, items
 
     def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expression]]:
         items: list[tuple[str, exp.Expression]] = []

@@ -54,7 +54,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from strata.queries.algebra import GroupBy, Map, Node, Scan
+from strata.queries.algebra import Explode, GroupBy, Map, Node, Scan
 from strata.series.normalize import SeriesPlan, View
 
 VIEW_SHUFFLE = 0.4  # α: shuffled bytes per view byte, computing one segment's view
@@ -90,6 +90,8 @@ def view_columns(view: View) -> set[str]:
         elif isinstance(node, Map):
             exprs += ([node.where] if node.where is not None else [])
             exprs += [e for _, e in node.outputs] if node.outputs is not None else []
+        elif isinstance(node, Explode):
+            exprs.append(node.source)
         elif isinstance(node, Scan):
             return
         for e in exprs:

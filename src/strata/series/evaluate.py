@@ -18,8 +18,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from strata.queries import driver_rows
-from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
+from strata.queries import driver_rows, explode
+from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import answer, lift, row_exprs
 from strata.queries.expressions import MULT, bind, to_sql
@@ -39,10 +39,13 @@ def group_plan(node: GroupBy, monoids=None) -> GroupPlan:
 
 
 def rows(node: Node, segment: DataFrame) -> DataFrame:
-    """``node`` (a scan under maps) over one segment's rows, with ``_mult`` = 1."""
+    """``node`` (a scan under maps and explodes) over one segment's rows, with ``_mult``
+    = 1."""
     if isinstance(node, Scan):
         return segment.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                               F.lit(1).cast("bigint").alias(MULT))
+    if isinstance(node, Explode):
+        return explode.spark_rows(node, rows(node.child, segment))
     assert isinstance(node, Map), node
     return _map(node, rows(node.child, segment))
 
@@ -65,10 +68,17 @@ def view_of_segment(view: View, segment: DataFrame) -> DataFrame:
 
 
 def jumbo_eligible(view: View) -> bool:
-    """Whether a view can be computed in a segment's jumbo pass: a partial aggregate
-    without multiset parts (``count(DISTINCT)`` groups by its values as well)."""
-    return view.kind == "partial" and all(
-        p.kind != "multiset" for p in group_plan(view.node, view.monoids).parts)
+    """Whether a view can be computed in a segment's jumbo pass: a partial aggregate over
+    a segment's rows filtered and projected (an explode repeats them) without multiset
+    parts (``count(DISTINCT)`` groups by its values as well)."""
+    if view.kind != "partial":
+        return False
+    assert isinstance(view.node, GroupBy)
+    try:
+        row_exprs(view.node.child)
+    except QueryError:
+        return False
+    return all(p.kind != "multiset" for p in group_plan(view.node, view.monoids).parts)
 
 
 def jumbo_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
@@ -170,6 +180,8 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
             if node.outputs is not None:
                 d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs])
             return d
+        if isinstance(node, Explode):
+            return explode.spark_rows(node, evaluate(node.child))
         if isinstance(node, Join):
             left, right = evaluate(node.left), evaluate(node.right)
             cond = functools.reduce(lambda a, b: a & b, [

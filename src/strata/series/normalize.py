@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from strata.queries.algebra import (
+    Explode,
     GroupBy,
     Join,
     Map,
@@ -109,8 +110,9 @@ def _scans(node: Node) -> list[Scan]:
 
 
 def _rows_subtree(node: Node) -> bool:
-    """A scan under maps only: it distributes over a union of segments."""
-    return isinstance(node, Scan) or isinstance(node, Map) and _rows_subtree(node.child)
+    """A scan under maps and explodes only: it distributes over a union of segments."""
+    return isinstance(node, Scan) or isinstance(node, (Map, Explode)) and \
+        _rows_subtree(node.children[0])
 
 
 def _rows_union(node: Node) -> bool:

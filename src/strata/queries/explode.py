@@ -1,0 +1,54 @@
+"""``explode``: each row once per element of an array, as a Spark plan and in Arrow.
+
+An explode keeps no state: the changes of its output are its input's changes, each
+repeated per element with its ``_mult`` (README, "A query"). Rows the
+driver holds (:mod:`strata.queries.driver_rows`) are exploded in Arrow when the array is
+a column; any other array expression (``split(text, ' ')``) runs as Spark's ``explode``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+from sqlglot import exp
+
+from strata.queries import driver_rows
+from strata.queries.algebra import Explode
+from strata.queries.expressions import MULT, to_sql
+
+
+def spark_rows(node: Explode, d: DataFrame) -> DataFrame:
+    """``node`` over rows ``d`` (the child's columns, and ``_mult`` if ``d`` has it)."""
+    generator = F.explode_outer if node.outer else F.explode
+    return d.select(*[F.col(f"`{c}`") for c in node.child.columns],
+                    generator(F.expr(to_sql(node.source))).alias(node.name),
+                    *([F.col(MULT)] if MULT in d.columns else []))
+
+
+def arrow_rows(node: Explode, d: DataFrame) -> DataFrame | None:
+    """``node`` over held rows ``d`` in Arrow, or None (not held, or the array is not a
+    column)."""
+    table = driver_rows.held(d)
+    source = node.source
+    if table is None or not isinstance(source, exp.Column) or source.table or \
+            source.name not in table.column_names:
+        return None
+    lists = table.column(source.name).combine_chunks()
+    if not (pa.types.is_list(lists.type) or pa.types.is_large_list(lists.type)):
+        return None
+    rows = table.select([*node.child.columns, MULT])
+    out = rows.take(pc.list_parent_indices(lists)).append_column(
+        node.name, pc.list_flatten(lists))
+    if node.outer:  # a NULL or empty array keeps its row once, with a NULL element
+        bare = rows.filter(pc.equal(pc.fill_null(pc.list_value_length(lists), 0), 0))
+        out = pa.concat_tables([out, bare.append_column(
+            node.name, pa.nulls(bare.num_rows, lists.type.value_type))])
+    fields = {f.name: f for f in d.schema.fields}
+    element = fields[source.name].dataType.elementType  # type: ignore[attr-defined]
+    schema = StructType([*(fields[c] for c in node.child.columns),
+                         StructField(node.name, element, True), fields[MULT]])
+    return driver_rows.from_arrow(d.sparkSession, out.select([*node.child.columns,
+                                                              node.name, MULT]), schema)
