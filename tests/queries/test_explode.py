@@ -228,7 +228,8 @@ SEGMENT = pa.schema([("id", pa.int64()), ("text", pa.string()),
 
 def test_explode_series_equal_duckdb_over_each_window(spark, tmp_path):
     """A tag count over the last two segments keeps a partial view per segment (the
-    explode runs once per segment); every occurrence equals DuckDB over the raw window."""
+    explode runs once per segment), as does each side of an INTERSECT ALL of today's and
+    yesterday's tags; every occurrence equals DuckDB over the raw window."""
     rng = random.Random(5)
     segments = [pa.Table.from_pylist([
         {"id": rng.randrange(6), "text": " ".join(rng.choices(["to", "be", "or"], k=2)),
@@ -239,6 +240,10 @@ def test_explode_series_equal_duckdb_over_each_window(spark, tmp_path):
                         "AS tag GROUP BY tag", {"docs": "docs[-1:0]"}, 1),
         Series("words", "SELECT id, word FROM docs LATERAL VIEW explode(split(text, ' ')) "
                         "w AS word WHERE id > 2", {"docs": "docs"}, 1),
+        Series("tags_again", "SELECT tag FROM today LATERAL VIEW explode(tags) t AS tag "
+                             "INTERSECT ALL SELECT tag FROM yesterday LATERAL VIEW "
+                             "explode(tags) t AS tag", {"today": "docs", "yesterday": "docs[-1]"},
+               1),
     ]
     df = Dataflow("docs")
     df.source("docs", "id bigint, text string, tags array<string>")
@@ -250,7 +255,9 @@ def test_explode_series_equal_duckdb_over_each_window(spark, tmp_path):
     duck = {"tags2": "SELECT tag, count(*) AS n FROM (SELECT unnest(tags) AS tag FROM docs) "
                      "GROUP BY tag",
             "words": "SELECT id, unnest(string_split(text, ' ')) AS word FROM docs "
-                     "WHERE id > 2"}
+                     "WHERE id > 2",
+            "tags_again": "SELECT unnest(tags) AS tag FROM today INTERSECT ALL "
+                          "SELECT unnest(tags) AS tag FROM yesterday"}
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for i, seg in enumerate(segments):
             path = tmp_path / f"seg-{i}.parquet"
@@ -263,8 +270,8 @@ def test_explode_series_equal_duckdb_over_each_window(spark, tmp_path):
             assert sorted(got) == schedule.occurrences(range(1, len(segments) + 1))
             for n, answer in got.items():
                 con = duckdb.connect()
-                con.register("docs", pa.concat_tables(
-                    [segments[j - 1] for j in schedule.window(n)["docs"]]))
+                for name, idx in schedule.window(n).items():
+                    con.register(name, pa.concat_tables([segments[j - 1] for j in idx]))
                 want = normalized(con.execute(duck[s.name]).fetchall())
                 assert normalized(tuple(r.values()) for r in answer.to_pylist()) == want, \
                     (s.name, n)

@@ -1,4 +1,4 @@
-"""UNION [ALL], INTERSECT and EXCEPT: the SQL front end's plans, the Python API, the
+"""UNION [ALL], INTERSECT [ALL] and EXCEPT [ALL]: the SQL front end's plans, the Python API, the
 output changelog and the refusals. (Their answers under random increments with deletes
 are checked against DuckDB with the other shapes in test_shapes.py.)"""
 
@@ -10,6 +10,7 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import add_query, derive, parse_sql, table
 from strata.queries.errors import QueryError
+from tests.helpers import epochs_in
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 
 FLOWS = {"R": {"x": "bigint", "y": "bigint", "_mult": "bigint"},
@@ -43,8 +44,6 @@ def test_distinct_set_operations_are_group_bys_over_a_union(sql, having):
 @pytest.mark.parametrize("sql, message", [
     ("SELECT x FROM R UNION ALL SELECT x, y FROM P", "select 1 and 2 columns"),
     ("SELECT x FROM R UNION ALL SELECT name FROM D", "is bigint in one branch and string"),
-    ("SELECT x FROM R INTERSECT ALL SELECT x FROM P", "INTERSECT ALL is not supported"),
-    ("SELECT x FROM R EXCEPT ALL SELECT x FROM P", "EXCEPT ALL is not supported"),
     ("SELECT x FROM R UNION ALL (SELECT x FROM P ORDER BY x LIMIT 1)",
      "inside a branch of UNION"),
     ("SELECT x FROM R UNION ALL SELECT x FROM P ORDER BY y", "order by an output column"),
@@ -68,6 +67,8 @@ def test_the_python_api_builds_set_operations(spark, tmp_path):
                                                             distinct=True),
         "api_intersect": table("R").select_("x").intersect(table("D").select_("id")),
         "api_except": table("P").select_("x").except_(table("R").select_("x")),
+        "api_except_all": table("P").select_("x").except_(table("R").select_("x"),
+                                                          distinct=False),
     }
     sql = {
         "api_union": "SELECT x, count(*) AS n, sum(y) AS s FROM (SELECT x, y FROM R WHERE "
@@ -75,6 +76,7 @@ def test_the_python_api_builds_set_operations(spark, tmp_path):
         "api_union_distinct": "SELECT x FROM R UNION SELECT x FROM P",
         "api_intersect": "SELECT x FROM R INTERSECT SELECT id FROM D",
         "api_except": "SELECT x FROM P EXCEPT SELECT x FROM R",
+        "api_except_all": "SELECT x FROM P EXCEPT ALL SELECT x FROM R",
     }
     df = Dataflow("setops")
     for name, ddl in FLOWS.items():
@@ -114,3 +116,58 @@ def test_an_except_retracts_a_row_once_the_right_side_has_it(spark, tmp_path):
         changes = c.read_flow("only_p_changes").to_pylist()
     assert [(r["x"], r["_mult"]) for r in changes if r["x"] == 2] == [(2, 1), (2, -1), (2, 1)]
     assert net_changes(changes) == [(1,), (2,)]
+
+
+def test_all_variants_are_copies_counted_on_both_sides():
+    """INTERSECT ALL and EXCEPT ALL group the tagged union, count each side's copies and
+    explode a row once per copy it keeps: least(l, r), or l - r."""
+    for sql, copies in [("SELECT x FROM R INTERSECT ALL SELECT x FROM P", "LEAST(_a0, _a1)"),
+                        ("SELECT x FROM R EXCEPT ALL SELECT x FROM P", "_a0 - _a1")]:
+        root = derive(parse_sql(sql, FLOWS)).root
+        assert list(root.columns) == ["x"]
+        explode = root.child
+        assert str(explode) == "explode SEQUENCE(1, _setop_copies) as _setop_copy"
+        group = explode.child
+        assert dict(group.outputs)["_setop_copies"].sql() == copies
+        assert group.having.sql() == f"{copies} > 0"
+
+
+@pytest.mark.parametrize("where", ["tasks", "driver"])
+def test_all_variants_follow_deletes_on_both_sides(spark, tmp_path, where):
+    """Copies come and go as either side gains or loses them; every epoch's answer is
+    DuckDB's."""
+    queries = {"intersect_all": "SELECT x FROM R INTERSECT ALL SELECT x FROM P",
+               "except_all": "SELECT x FROM R EXCEPT ALL SELECT x FROM P",
+               "except_all_rows": "SELECT x, y FROM R EXCEPT ALL SELECT id, id AS y FROM D"}
+    df = Dataflow("all")
+    for name, ddl in FLOWS.items():
+        df.source(name, ", ".join(f"{c} {t}" for c, t in ddl.items()))
+    for name, sql in queries.items():
+        add_query(df, name, sql)
+    r1 = [{"x": x, "y": x, "_mult": 1} for x in (1, 1, 1, 2, 2, 3)]
+    increments = [
+        {"R": r1, "P": [{"x": x, "y": 0.0} for x in (1, 2, 2, 2, 4)],
+         "D": [{"id": 1, "name": "a", "grp": "a", "_mult": 1}]},
+        {"R": [{"x": 1, "y": 1, "_mult": -1}, {"x": 2, "y": 2, "_mult": -1},
+               {"x": 4, "y": 4, "_mult": 1}], "P": [{"x": 1, "y": 1.0}], "D": []},
+        {"R": [{"x": 1, "y": 1, "_mult": -1}, {"x": 3, "y": 3, "_mult": 1}],
+         "P": [{"x": 3, "y": 2.0}],
+         "D": [{"id": 1, "name": "a", "grp": "a", "_mult": -1},
+               {"id": 3, "name": "c", "grp": "b", "_mult": 1}]},
+    ]
+    seen: dict[str, list[dict]] = {"R": [], "P": [], "D": []}
+    with epochs_in(spark, where), \
+            Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        for inc in increments:
+            for flow, rows in inc.items():
+                if rows:
+                    c.ingest(flow, rows)
+                seen[flow] += rows
+            c.run()
+            for name, sql in queries.items():
+                got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
+                assert got == duckdb_answer(sql, seen), (name, len(seen["R"]))
+        assert normalized(tuple(r.values()) for r in c.answer("except_all").to_pylist()) \
+            == [(3,)]  # R's second 3 has no copy in P
+        assert normalized(tuple(r.values()) for r in c.answer("intersect_all").to_pylist()) \
+            == [(1,), (2,), (3,), (4,)]  # R: 1, 2, 3×2, 4; P: 1×2, 2×3, 3, 4

@@ -126,13 +126,15 @@ class Relation:
         ``UNION ALL`` (every copy), or ``UNION`` with ``distinct``."""
         return self._set_operation(exp.union, other, distinct)
 
-    def intersect(self, other: Relation) -> Relation:
-        """The distinct rows found in both (``INTERSECT``)."""
-        return self._set_operation(exp.intersect, other, True)
+    def intersect(self, other: Relation, *, distinct: bool = True) -> Relation:
+        """The distinct rows found in both (``INTERSECT``); without ``distinct``, a row as
+        many times as both have it (``INTERSECT ALL``)."""
+        return self._set_operation(exp.intersect, other, distinct)
 
-    def except_(self, other: Relation) -> Relation:
-        """The distinct rows of this relation not found in ``other`` (``EXCEPT``)."""
-        return self._set_operation(exp.except_, other, True)
+    def except_(self, other: Relation, *, distinct: bool = True) -> Relation:
+        """The distinct rows of this relation not found in ``other`` (``EXCEPT``); without
+        ``distinct``, a row as many more times as this relation has it (``EXCEPT ALL``)."""
+        return self._set_operation(exp.except_, other, distinct)
 
     def _set_operation(self, make: Callable[..., exp.Expression], other: Relation,
                        distinct: bool) -> Relation:

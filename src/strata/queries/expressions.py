@@ -208,6 +208,14 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
             e, exp.Case) else [e.args.get("true")]
         branches.append(e.args.get("default") or e.args.get("false"))
         return widest([type_of(b, schema) for b in branches if b is not None])
+    if isinstance(e, exp.GenerateSeries):  # sequence(start, stop[, step]) of integers
+        t = widest([type_of(a, schema) for a in e.iter_expressions()])
+        if t not in ("tinyint", "smallint", "int", "bigint"):
+            raise QueryError(f"{e.sql(dialect='spark')}: sequence of {t} values is not "
+                             "supported in queries (integers are)")
+        return f"array<{t}>"
+    if isinstance(e, exp.Array):  # array(a, b, …)
+        return f"array<{widest([type_of(a, schema) for a in e.expressions])}>"
     if isinstance(e, exp.Func):
         name = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
         args = [a for a in e.iter_expressions()]

@@ -363,9 +363,6 @@ class _Converter:
         if op.args.get("by_name"):
             raise QueryError(f"{word} BY NAME is not supported; list the columns in the "
                              "same order in each branch")
-        if word != "UNION" and not distinct:
-            raise QueryError(f"{word} ALL is not supported (its copies of a row depend on "
-                             f"both sides' counts); use {word}, which keeps distinct rows")
         branches = [self._branch(b, word) for b in (op.this, op.expression)]
         widths = [len(b.columns) for b in branches]
         if len(set(widths)) != 1:
@@ -389,14 +386,24 @@ class _Converter:
                 exp.Null(), "int", "void")) for i, tag in enumerate(tags)]
             inputs.append(Map(b, None, tuple(outputs)))
         node: Node = Union(tuple(inputs))
-        if distinct:  # the tags counted per row: on which sides it is
+        if tags:  # the tags counted per row: on which sides it is, how often
             keys = passthrough(names)
             aggs = tuple(AggCall("count", col(tag)) for tag in tags)
-            having = None
-            if word != "UNION":
+            if distinct:
                 right = "> 0" if word == "INTERSECT" else "= 0"
                 having = sqlglot.parse_one(f"_a0 > 0 AND _a1 {right}", read="spark")
-            node = GroupBy(node, keys, aggs, keys, having)
+                node = GroupBy(node, keys, aggs, keys, having)
+            else:  # ALL: a row once per copy, least(l, r) or l - r copies
+                copies = sqlglot.parse_one("least(_a0, _a1)" if word == "INTERSECT" else
+                                           "_a0 - _a1", read="spark")
+                node = GroupBy(node, keys, aggs, (*keys, ("_setop_copies", copies)),
+                               exp.GT(this=copies.copy(), expression=exp.Literal.number(0)))
+                node = Explode(node, "_setop_copy",
+                               sqlglot.parse_one("sequence(1, _setop_copies)", read="spark"))
+                node = Map(node, None, passthrough(names))
+        elif distinct:
+            keys = passthrough(names)
+            node = GroupBy(node, keys, (), keys, None)
         return Query(node, self._order(op, node), self._limit(op))
 
     def _branch(self, branch: exp.Expression, word: str) -> Node:
