@@ -53,6 +53,11 @@ QUERIES = {
     "select_explode": (
         "SELECT id, explode(tags) AS tag FROM docs WHERE id % 2 = 0",
         "SELECT id, unnest(tags) AS tag FROM docs WHERE id % 2 = 0"),
+    "positions": (  # posexplode: each element's 0-based index; a filter on it stays above
+        "SELECT id, p, tag FROM docs LATERAL VIEW OUTER posexplode(tags) t AS p, tag "
+        "WHERE p IS NULL OR p < 2",
+        "SELECT id, p, tag FROM docs LEFT JOIN LATERAL (SELECT unnest(docs.tags) AS tag, "
+        "unnest(range(len(docs.tags))) AS p) t ON true WHERE p IS NULL OR p < 2"),
     "joined_then_exploded": (
         "SELECT kinds.grp, tag, count(*) AS n FROM docs JOIN kinds ON docs.id = kinds.id "
         "LATERAL VIEW explode(docs.tags) t AS tag GROUP BY kinds.grp, tag",
@@ -150,26 +155,30 @@ ROWS = StructType([StructField("id", LongType()), StructField("tags", ArrayType(
 
 
 @pytest.mark.parametrize("outer", [False, True])
-def test_arrow_explode_equals_spark_explode(spark, outer):
+@pytest.mark.parametrize("position", [None, "p"])
+def test_arrow_explode_equals_spark_explode(spark, outer, position):
     """Held rows are exploded in Arrow (no Spark job) into the rows and types Spark's
-    explode gives: NULL and empty arrays, NULL elements, multiplicities kept."""
+    explode (posexplode) gives: NULL and empty arrays, NULL elements, multiplicities
+    kept, positions from 0 in each array (of a sliced array too)."""
     data = pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()),
                      "tags": pa.array([["a", "b", "a"], None, [], ["c", None], ["d"]],
                                       pa.list_(pa.string())),
                      "_mult": pa.array([1, 1, 2, -1, 1], pa.int64())})
-    held = from_arrow(spark, data, ROWS)
+    held = from_arrow(spark, pa.concat_tables([data.slice(0, 2), data.slice(2)]), ROWS)
     node = Explode(parse_sql("SELECT id, tags FROM docs",
                              {"docs": {"id": "bigint", "tags": "array<string>"}}).root,
-                   "tag", col("tags"), outer)
+                   "tag", col("tags"), outer, position)
     fast = arrow_rows(node, held)
     assert fast is not None  # the array is a column of held rows: Arrow ran it
     slow = spark_rows(node, spark.createDataFrame(data.to_pandas(), ROWS))
     assert fast.schema == slow.schema
-    want = [(1, ["a", "b", "a"], "a", 1), (1, ["a", "b", "a"], "b", 1),
-            (1, ["a", "b", "a"], "a", 1), (4, ["c", None], "c", -1),
-            (4, ["c", None], None, -1), (5, ["d"], "d", 1)]
+    want = [(1, ["a", "b", "a"], 0, "a", 1), (1, ["a", "b", "a"], 1, "b", 1),
+            (1, ["a", "b", "a"], 2, "a", 1), (4, ["c", None], 0, "c", -1),
+            (4, ["c", None], 1, None, -1), (5, ["d"], 0, "d", 1)]
     if outer:
-        want += [(2, None, None, 1), (3, [], None, 2)]
+        want += [(2, None, None, None, 1), (3, [], None, None, 2)]
+    if position is None:
+        want = [(i, t, tag, m) for i, t, _, tag, m in want]
     for frame in (fast, slow):
         assert sorted(map(tuple, frame.collect()), key=repr) == sorted(want, key=repr)
 
@@ -198,11 +207,12 @@ def test_python_api_explodes_as_sql_does(spark, tmp_path):
 
 
 @pytest.mark.parametrize(("sql", "says"), [
-    ("SELECT posexplode(tags) FROM docs", "posexplode is not supported"),
+    ("SELECT posexplode(tags) FROM docs", "posexplode in SELECT is not supported"),
+    ("SELECT * FROM docs LATERAL VIEW posexplode(tags) x AS p", "alias AS position, name"),
     ("SELECT explode(text) FROM docs", "needs an array, not string"),
     ("SELECT explode(tags) AS t, count(*) AS n FROM docs", "explode in a subquery"),
     ("SELECT explode(tags) AS a, explode(tags) AS b FROM docs", "one per query"),
-    ("SELECT * FROM docs LATERAL VIEW posexplode(tags) x AS p, v", "LATERAL VIEW [OUTER]"),
+    ("SELECT * FROM docs LATERAL VIEW explode(tags) x AS p, v", "LATERAL VIEW [OUTER]"),
     ("SELECT * FROM docs LATERAL VIEW explode(tags) x AS id", "repeat a name"),
 ])
 def test_unsupported_explodes_are_refused_with_what_to_do(sql, says):

@@ -300,18 +300,21 @@ class GroupBy(Node):
 @dataclass(frozen=True, eq=False)
 class Explode(Node):
     """Each row of ``child`` once per element of array ``source``, the element as column
-    ``name`` (``explode``); ``outer`` also keeps a row whose array is NULL or empty, once,
+    ``name`` (``explode``), after its 0-based index as column ``position`` if given
+    (``posexplode``); ``outer`` also keeps a row whose array is NULL or empty, once,
     with a NULL element (``explode_outer``)."""
 
     child: Node
     name: str
     source: Expr
     outer: bool = False
+    position: str | None = None
 
     def __post_init__(self) -> None:
-        if self.name in self.child.columns or self.name == MULT:
-            raise QueryError(f"explode's column {self.name!r} is already a column; name it "
-                             f"differently (AS …)")
+        for new in filter(None, (self.position, self.name)):
+            if new in self.child.columns or new == MULT or new == self.position == self.name:
+                raise QueryError(f"explode's column {new!r} is already a column; name it "
+                                 f"differently (AS …)")
         self.columns  # noqa: B018  (type-checks the source)
 
     @property
@@ -323,7 +326,8 @@ class Explode(Node):
         array = type_of(self.source, self.child.columns)
         if not (array.startswith("array<") and array.endswith(">")):
             raise QueryError(f"explode({to_sql(self.source)}) needs an array, not {array}")
-        return {**self.child.columns, self.name: array[len("array<"):-1]}
+        position = {self.position: "int"} if self.position else {}
+        return {**self.child.columns, **position, self.name: array[len("array<"):-1]}
 
     @property
     def key(self) -> tuple[str, ...] | None:
@@ -334,8 +338,9 @@ class Explode(Node):
         return self.child.retracts
 
     def __str__(self) -> str:
-        gen = "explode_outer" if self.outer else "explode"
-        return f"{gen} {to_sql(self.source)} as {self.name}"
+        gen = ("posexplode" if self.position else "explode") + ("_outer" if self.outer else "")
+        names = f"{self.position}, {self.name}" if self.position else self.name
+        return f"{gen} {to_sql(self.source)} as {names}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -432,7 +437,7 @@ def normalize(node: Node) -> Node:
     if isinstance(child, Explode) and where is not None:  # filter rows before repeating them
         below, above = [], []
         for c in conjuncts(where):
-            (above if child.name in column_names(c) else below).append(c)
+            (above if {child.name, child.position} & column_names(c) else below).append(c)
         if below:
             child = replace(child, child=normalize(Map(child.child, and_all(*below))))
             where = and_all(*above)

@@ -257,17 +257,21 @@ class _Converter:
         names = [c.name for c in alias.columns] if alias is not None else []
         table = alias.name if alias is not None and alias.name else f"_lateral{len(scope.aliases)}"
         gen = lateral.this
+        positional = isinstance(gen, exp.Posexplode)
         if not lateral.args.get("view") or not isinstance(gen, exp.Explode) or \
-                isinstance(gen, exp.Posexplode) or len(names) > 1:
+                len(names) not in ((0, 2) if positional else (0, 1)):
             raise QueryError(f"{lateral.sql(dialect='spark')!r}: a lateral view is supported "
-                             "as LATERAL VIEW [OUTER] explode(array) alias AS name")
+                             "as LATERAL VIEW [OUTER] explode(array) alias AS name, or "
+                             "posexplode(array) alias AS position, name")
         if table in scope.aliases:
             raise QueryError(f"alias {table!r} is used twice; give each table its own")
-        name = names[0] if names else "col"
-        internal = name if name not in node.columns else f"{table}__{name}"
-        out = Explode(node, internal, scope.qualify(gen.this),
-                      bool(lateral.args.get("outer")) or isinstance(gen, exp.ExplodeOuter))
-        scope.aliases[table] = {name: internal}
+        names = names or (["pos", "col"] if positional else ["col"])
+        internal = {n: n if n not in node.columns else f"{table}__{n}" for n in names}
+        outer = bool(lateral.args.get("outer")) or isinstance(gen, (exp.ExplodeOuter,
+                                                                    exp.PosexplodeOuter))
+        out = Explode(node, internal[names[-1]], scope.qualify(gen.this), outer,
+                      internal[names[0]] if positional else None)
+        scope.aliases[table] = internal
         return out
 
     def _select_generator(self, node: Node, scope: _Scope,
@@ -276,8 +280,8 @@ class _Converter:
         """``SELECT …, explode(array) AS name, …``: the rows exploded, the item a column."""
         name, gen = items[i]
         if isinstance(gen, exp.Posexplode):
-            raise QueryError(f"{gen.sql(dialect='spark')!r}: posexplode is not supported; "
-                             "use explode")
+            raise QueryError(f"{gen.sql(dialect='spark')!r}: posexplode in SELECT is not "
+                             "supported; use LATERAL VIEW posexplode(array) t AS pos, name")
         if not isinstance(items[i][1].parent, exp.Alias):
             name = "col"  # Spark's name for an unnamed explode
         internal = f"_exploded{len(node.columns)}"
