@@ -8,8 +8,9 @@ unmatched left rows padded with NULLs); ``Nearest`` joins each row
 with the row of a small relation that minimizes a distance (k-means' assignment step);
 ``GroupBy`` groups and reduces each group with monoids (a total aggregate is a group-by
 with no keys); ``Explode`` repeats each row once per element of an array (``LATERAL VIEW
-explode``); ``Union`` is the bag union of inputs with the same columns (``UNION ALL``;
-``UNION``, ``INTERSECT`` and ``EXCEPT`` are group-bys over it).
+explode``); ``Windowed`` adds window functions (``OVER (PARTITION BY …)``); ``Union`` is
+the bag union of inputs with the same columns (``UNION ALL``; ``UNION``, ``INTERSECT``
+and ``EXCEPT`` are group-bys over it).
 :func:`normalize` fuses adjacent maps and pushes filters below joins.
 
 Every node knows its columns and their Spark types, the columns that identify a row
@@ -37,6 +38,7 @@ from strata.queries.expressions import (
     to_sql,
     type_of,
     widest,
+    window_type,
 )
 from strata.queries.monoids import AggCall
 
@@ -344,6 +346,44 @@ class Explode(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Windowed(Node):
+    """Each row of ``child`` with window functions over its partition: ``outputs`` name
+    ``f(…) OVER (PARTITION BY … ORDER BY …)`` expressions over the child's columns, all
+    partitioned by the child's columns ``partition`` (none: one partition)."""
+
+    child: Node
+    partition: tuple[str, ...]
+    outputs: tuple[tuple[str, Expr], ...]
+
+    def __post_init__(self) -> None:
+        for n, _ in self.outputs:
+            if n in self.child.columns or n == MULT:
+                raise QueryError(f"window column {n!r} is already a column; name it "
+                                 "differently (AS …)")
+        self.columns  # noqa: B018  (type-checks the outputs)
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child,)
+
+    @cached_property
+    def columns(self) -> dict[str, str]:
+        return {**self.child.columns,
+                **{n: window_type(e, self.child.columns) for n, e in self.outputs}}
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        return self.child.key  # one output row per input row
+
+    @property
+    def retracts(self) -> bool:
+        return True  # a new row in a partition changes the other rows' values
+
+    def __str__(self) -> str:
+        return "window " + ", ".join(f"{to_sql(e)} as {n}" for n, e in self.outputs)
+
+
+@dataclass(frozen=True, eq=False)
 class Union(Node):
     """The rows of all ``inputs`` (a bag union, ``UNION ALL``); each input has the same
     columns, in the same order, with the same types (the SQL front end aligns them)."""
@@ -406,7 +446,7 @@ def normalize(node: Node) -> Node:
         return replace(node, child=normalize(node.child), answer_types={})
     if isinstance(node, Union):
         return Union(tuple(normalize(c) for c in node.inputs))
-    if isinstance(node, Explode):
+    if isinstance(node, (Explode, Windowed)):  # filters above a window stay above it
         return replace(node, child=normalize(node.child))
     assert isinstance(node, Map)
     child = normalize(node.child)

@@ -19,8 +19,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
 from strata.model.errors import StrataError
-from strata.queries import arrow_step, driver_rows, explode, outer_join
-from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union
+from strata.queries import arrow_step, driver_rows, explode, outer_join, window_functions
+from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import DRIVER_ROWS, cut, empty_frame, local_rows, spark_type
@@ -152,6 +152,9 @@ class Evaluator:
             d = self.changes(node.child)
             held = explode.arrow_rows(node, d) if self.arrow else None
             return held if held is not None else explode.spark_rows(node, d)
+        if isinstance(node, Windowed):
+            return window_functions.changes(self, self.program.inc.windows[id(node)],
+                                            self.changes(node.child))
         raise StrataError(f"cannot run query operator {type(node).__name__}")
 
     def _empty(self, node: Node) -> DataFrame:

@@ -239,3 +239,29 @@ def type_of(e: Expr, schema: Mapping[str, str]) -> str:
                 return type_
         raise QueryError(f"function {e.sql(dialect='spark')} is not supported in queries")
     raise QueryError(f"expression {e.sql()!r} ({type(e).__name__}) is not supported in queries")
+
+
+_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Ntile)
+_VALUES = (exp.Min, exp.Max, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue)
+
+
+def window_type(e: exp.Window, schema: Mapping[str, str]) -> str:
+    """The Spark SQL type of window function ``e`` (``f(…) OVER (…)``) over ``schema``."""
+    f = e.this
+    if isinstance(f, _RANKS):
+        return "int"
+    if isinstance(f, (exp.PercentRank, exp.CumeDist)):
+        return "double"
+    if isinstance(f, exp.Count):
+        return "bigint"
+    if isinstance(f, (exp.Sum, exp.Avg)):
+        t = type_of(f.this, schema)
+        if t not in _NUMERIC:
+            raise QueryError(f"{e.sql(dialect='spark')}: {f.key} of {t} values is not "
+                             "supported over a window (integers and doubles are)")
+        return "double" if isinstance(f, exp.Avg) or t in ("float", "double") else "bigint"
+    if isinstance(f, _VALUES):
+        return type_of(f.this, schema)
+    raise QueryError(f"window function {f.sql(dialect='spark')} is not supported; use "
+                     "row_number, rank, dense_rank, ntile, percent_rank, cume_dist, lag, "
+                     "lead, first_value, last_value, nth_value, count, sum, avg, min or max")

@@ -6,6 +6,9 @@
 * ``Union`` keeps nothing: its changes are its inputs' changes, concatenated.
 * ``Explode`` keeps nothing: it repeats each changed row per element (multiplicities
   pass through), as ``Map`` does with one output per row.
+* ``Windowed`` keeps its input's rows. For each partition the increment touches, its
+  changes are the window functions over the partition's rows after the epoch, less
+  those over its rows before (rows whose values did not change cancel out).
 * ``Join`` keeps both inputs, each bucketed by its join key (the *lineage*: the key that
   lets a new row on one side find the rows it joins with on the other). Its changes are
   ``ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR`` with multiplicities multiplied. A left join adds its
@@ -35,6 +38,7 @@ from strata.queries.algebra import (
     Query,
     Scan,
     Union,
+    Windowed,
     normalize,
 )
 from strata.queries.errors import NotIncrementalError
@@ -77,6 +81,12 @@ class JoinPlan:
 
 
 @dataclass
+class WindowPlan:
+    node: Windowed
+    name: str  # its state table: the input's rows
+
+
+@dataclass
 class IncrementalQuery:
     """A query with the incremental plan of each stateful operator."""
 
@@ -84,17 +94,19 @@ class IncrementalQuery:
     root: Node
     groups: dict[int, GroupPlan] = field(default_factory=dict)  # id(node) -> plan
     joins: dict[int, JoinPlan] = field(default_factory=dict)
+    windows: dict[int, WindowPlan] = field(default_factory=dict)
     recompute: bool = False  # run by recomputation (opted in: it is not incremental)
 
     def __getstate__(self) -> dict:
         # the plans are keyed by their operators' ids, which a copy does not keep
         state = dict(self.__dict__)
-        state["groups"], state["joins"] = list(self.groups.values()), list(self.joins.values())
+        for plans in ("groups", "joins", "windows"):
+            state[plans] = list(state[plans].values())
         return state
 
     def __setstate__(self, state: dict) -> None:
-        state["groups"] = {id(p.node): p for p in state["groups"]}
-        state["joins"] = {id(p.node): p for p in state["joins"]}
+        for plans in ("groups", "joins", "windows"):
+            state[plans] = {id(p.node): p for p in state.get(plans, [])}
         self.__dict__.update(state)
 
     @property
@@ -144,6 +156,13 @@ class IncrementalQuery:
         elif isinstance(node, Explode):
             lines.append(f"{pad}  no state: Δout = each changed row once per element, "
                          "_mult kept")
+        elif isinstance(node, Windowed):
+            parts = (f"partitioned by ({', '.join(node.partition)})" if node.partition
+                     else "one partition: every epoch reads all of it")
+            lines.append(f"{pad}  state {self.windows[id(node)].name}: the input's rows, "
+                         f"{parts}")
+            lines.append(f"{pad}  Δout = for each partition Δ touches, the window over its "
+                         "rows after − over its rows before")
         elif isinstance(node, Join):
             plan = self.joins[id(node)]
             lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
@@ -205,6 +224,12 @@ def derive(query: Query, iterate: str | None = None,
                     "use it in the step of iterate(), joining a flow with the iterate "
                     "itself: rows keep the center they got in the increment that brought "
                     "them (the paper's diffusion approximation)")
+        elif isinstance(node, Windowed):
+            if iterate is not None:
+                raise NotIncrementalError(str(node), "is not supported in the step of an "
+                                          "iteration", "apply it to the iterate's answer in "
+                                          "a query downstream of it")
+            out.windows[id(node)] = WindowPlan(node, f"window{next(counter)}")
         elif isinstance(node, GroupBy):
             monoids = [monoid(a, f"_p{i}", node.child.columns, node.child.retracts)
                        for i, a in enumerate(node.aggs)]

@@ -19,6 +19,7 @@ from strata.queries.expressions import MULT
 from strata.queries.incremental import scanned
 from strata.queries.program import ANSWER, QueryProgram
 from strata.queries.tables import QueryTables
+from strata.queries.window_functions import netted
 
 INPUT = "input_{}"  # the table of one input flow's rows so far
 
@@ -39,7 +40,7 @@ class RecomputeProgram(QueryProgram):
             new, old = run.flow_rows(flow), tables.read(name)
             rows = new if old is None else old.unionByName(new)
             if tables.needs_compaction(name, bucketed=False):
-                tables.stage(name, _netted(rows), [], "replace")
+                tables.stage(name, netted(rows), [], "replace")
             else:
                 tables.stage(name, new, [], "append")
             everything[flow] = rows
@@ -47,18 +48,12 @@ class RecomputeProgram(QueryProgram):
         scratch = QueryTables(run.spark, tables.layout, {}, tables.n, tables.token, sweep=False)
         whole = Evaluator(self, run.spark, scratch, {}, frames=everything)
         try:
-            answer = run.materialize(_netted(whole.changes(self.inc.root)))
+            answer = run.materialize(netted(whole.changes(self.inc.root)))
         finally:
             whole.release()
         tables.stage(ANSWER, answer, [], "replace")
         old = tables.read(ANSWER)
         if old is None:
             return answer
-        return _netted(answer.unionByName(old.withColumn(MULT, -F.col(MULT))))
+        return netted(answer.unionByName(old.withColumn(MULT, -F.col(MULT))))
 
-
-def _netted(rows: DataFrame) -> DataFrame:
-    """``rows`` with equal rows' multiplicities summed, rows that cancel out dropped."""
-    cols = [c for c in rows.columns if c != MULT]
-    return (rows.groupBy(*[F.col(f"`{c}`") for c in cols]).agg(F.sum(MULT).alias(MULT))
-            .where(f"{MULT} <> 0").select(*[F.col(f"`{c}`") for c in rows.columns]))

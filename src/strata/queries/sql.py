@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
+from strata.queries import window_functions
 from strata.queries.algebra import (
     Explode,
     GroupBy,
@@ -32,10 +33,11 @@ from strata.queries.algebra import (
     Query,
     Scan,
     Union,
+    Windowed,
     passthrough,
 )
 from strata.queries.ctes import inline_ctes
-from strata.queries.errors import NotIncrementalError, QueryError
+from strata.queries.errors import QueryError
 from strata.queries.expressions import (
     MULT,
     and_all,
@@ -60,13 +62,6 @@ def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
     column marks a flow with deletes). ``keys`` declares flows' unique keys (for joins);
     ``aggregates`` names user aggregates the SQL may call."""
     tree = parse_select(sql)
-    over = tree.find(exp.Window)
-    if over is not None:  # found before its columns are checked against a GROUP BY
-        raise NotIncrementalError(
-            f"the window function {over.sql(dialect='spark')!r}", "is not supported",
-            "rank or number rows of the answer after reading it (`strata show`, "
-            "Controller.answer), or use WINDOW(ts, range, slide) in GROUP BY for time "
-            "windows")
     return _Converter(flows, keys or {}, aggregates or {}).query(tree)
 
 
@@ -91,7 +86,8 @@ def tables_read(sql: str) -> list[str]:
     return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
 
 
-_GENERATOR = " generator"  # the scope's name for an explode in SELECT (no user can type it)
+_COMPUTED = " computed"  # the scope's name for an explode or a window in SELECT (no user
+# can type it)
 
 
 class _Scope:
@@ -235,7 +231,15 @@ class _Converter:
         items = self._select_items(select, scope, node)
         group = select.args.get("group")
         having = select.args.get("having")
-        has_agg = any(is_aggregate(n) for _, e in items for n in e.walk())
+        has_agg = any(is_aggregate(n) and not n.find_ancestor(exp.Window)
+                      for _, e in items for n in e.walk() if not isinstance(n, exp.Window))
+        windows = [i for i, (_, e) in enumerate(items) if e.find(exp.Window)]
+        if windows:
+            if group is not None or has_agg or having is not None or \
+                    select.args.get("distinct"):
+                raise QueryError("window functions with GROUP BY, DISTINCT or aggregates: "
+                                 "group in a subquery and apply the window outside it")
+            node, items = self._windowed(node, scope, items, windows)
         generators = [i for i, (_, e) in enumerate(items) if isinstance(e, exp.Explode)]
         if generators:
             if len(generators) > 1 or group is not None or has_agg or having is not None \
@@ -286,10 +290,38 @@ class _Converter:
             name = "col"  # Spark's name for an unnamed explode
         internal = f"_exploded{len(node.columns)}"
         node = Explode(node, internal, scope.qualify(gen.this), isinstance(gen, exp.ExplodeOuter))
-        scope.aliases[_GENERATOR] = {internal: internal}
+        scope.aliases.setdefault(_COMPUTED, {})[internal] = internal
         items = list(items)
-        items[i] = (name, exp.column(internal, table=_GENERATOR))
+        items[i] = (name, exp.column(internal, table=_COMPUTED))
         return node, items
+
+    def _windowed(self, node: Node, scope: _Scope, items: list[tuple[str, exp.Expression]],
+                  at: list[int]) -> tuple[Node, list[tuple[str, exp.Expression]]]:
+        """``SELECT …, f(…) OVER (PARTITION BY … ORDER BY …) AS name, …``: the rows with
+        the window columns, each such item a column."""
+        outputs, partition, items = [], None, list(items)
+        for i in at:
+            name, e = items[i]
+            if not isinstance(e, exp.Window):
+                raise QueryError(f"{e.sql(dialect='spark')!r}: a window function is "
+                                 "supported as a whole item, f(…) OVER (…) AS name; compute "
+                                 "with its value in an outer query")
+            w = scope.qualify(e)
+            parts = w.args.get("partition_by") or []
+            if not all(isinstance(p, exp.Column) for p in parts):
+                raise QueryError(f"{e.sql(dialect='spark')!r}: PARTITION BY columns; compute "
+                                 "an expression as a column in a subquery first")
+            names = tuple(p.name for p in parts)
+            if partition is not None and set(names) != set(partition):
+                raise QueryError("the window functions of a query must share one PARTITION "
+                                 f"BY (here {list(partition)} and {list(names)}); use a "
+                                 "subquery for the other")
+            partition = names
+            internal = f"_window{len(outputs)}"
+            outputs.append((internal, window_functions.deterministic(w, node.columns)))
+            scope.aliases.setdefault(_COMPUTED, {})[internal] = internal
+            items[i] = (name, exp.column(internal, table=_COMPUTED))
+        return Windowed(node, partition or (), tuple(outputs)), items
 
     def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expression]]:
         items: list[tuple[str, exp.Expression]] = []

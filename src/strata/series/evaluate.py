@@ -18,8 +18,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from strata.queries import driver_rows, explode
-from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union
+from strata.queries import driver_rows, explode, window_functions
+from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import answer, lift, row_exprs
 from strata.queries.expressions import MULT, bind, to_sql
@@ -182,6 +182,8 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
             return d
         if isinstance(node, Explode):
             return explode.spark_rows(node, evaluate(node.child))
+        if isinstance(node, Windowed):  # over the occurrence's rows: not by segment
+            return window_functions.over_rows(node, evaluate(node.child))
         if isinstance(node, Join):
             left, right = evaluate(node.left), evaluate(node.right)
             cond = functools.reduce(lambda a, b: a & b, [
