@@ -113,10 +113,12 @@ def test_explain_names_the_state_and_the_partitions():
     ("SELECT rank() OVER (PARTITION BY x ORDER BY y) AS a, "
      "rank() OVER (PARTITION BY y ORDER BY y) AS b FROM R", "share one PARTITION BY"),
     ("SELECT percentile(y, 0.5) OVER (PARTITION BY x) AS p FROM R", "use row_number"),
+    ("SELECT k, rank() OVER (ORDER BY k) AS r FROM M", "map columns"),
 ])
 def test_unsupported_windows_are_refused_with_what_to_do(sql, says):
     with pytest.raises(QueryError, match=says):
-        parse_sql(sql, {"R": {"x": "bigint", "y": "bigint"}})
+        parse_sql(sql, {"R": {"x": "bigint", "y": "bigint"},
+                        "M": {"k": "string", "v": "map<string,int>"}})
 
 
 def test_a_series_ranks_each_occurrence_over_its_views(spark, tmp_path):

@@ -360,6 +360,10 @@ class Windowed(Node):
             if n in self.child.columns or n == MULT:
                 raise QueryError(f"window column {n!r} is already a column; name it "
                                  "differently (AS …)")
+        maps = [c for c, t in self.child.columns.items() if "map<" in t]
+        if maps:  # its rows are kept and netted: compared column by column
+            raise QueryError(f"window functions over rows with map columns {maps} are not "
+                             "supported; select the other columns in a subquery first")
         self.columns  # noqa: B018  (type-checks the outputs)
 
     @property
