@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from strata.queries import window_functions
+from strata.queries import sql_rows
 from strata.queries.algebra import (
     Explode,
     GroupBy,
@@ -33,7 +33,6 @@ from strata.queries.algebra import (
     Query,
     Scan,
     Union,
-    Windowed,
     passthrough,
 )
 from strata.queries.ctes import inline_ctes
@@ -84,10 +83,6 @@ def parse_select(sql: str) -> exp.Select | exp.SetOperation:
 def tables_read(sql: str) -> list[str]:
     """The flows (tables) ``sql`` reads, sorted, once its CTEs are inlined."""
     return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
-
-
-_COMPUTED = " computed"  # the scope's name for an explode or a window in SELECT (no user
-# can type it)
 
 
 class _Scope:
@@ -209,7 +204,7 @@ class _Converter:
                 raise QueryError(f"{unsupported.upper()} is not supported in queries")
         node, scope, conds = self._from(select)
         for lateral in select.args.get("laterals") or []:
-            node = self._lateral_view(node, scope, lateral)
+            node = sql_rows.lateral_view(node, scope, lateral)
         where = select.args.get("where")
         if where is not None:
             for c in conjuncts(where.this):
@@ -239,7 +234,7 @@ class _Converter:
                     select.args.get("distinct"):
                 raise QueryError("window functions with GROUP BY, DISTINCT or aggregates: "
                                  "group in a subquery and apply the window outside it")
-            node, items = self._windowed(node, scope, items, windows)
+            node, items = sql_rows.windowed(node, scope, items, windows)
         generators = [i for i, (_, e) in enumerate(items) if isinstance(e, exp.Explode)]
         if generators:
             if len(generators) > 1 or group is not None or has_agg or having is not None \
@@ -247,81 +242,13 @@ class _Converter:
                 raise QueryError("explode in SELECT: one per query, without GROUP BY, "
                                  "DISTINCT or aggregates; explode in a subquery (or with "
                                  "LATERAL VIEW) and group outside it")
-            node, items = self._select_generator(node, scope, items, generators[0])
+            node, items = sql_rows.select_generator(node, scope, items, generators[0])
         if group is not None or has_agg or having is not None or select.args.get("distinct"):
             node = self._group_by(node, scope, items, group, having,
                                   bool(select.args.get("distinct")))
         else:
             node = Map(node, None, tuple((n, scope.qualify(e)) for n, e in items))
         return Query(node, self._order(select, node), self._limit(select))
-
-    def _lateral_view(self, node: Node, scope: _Scope, lateral: exp.Lateral) -> Node:
-        """``LATERAL VIEW [OUTER] explode(array) [alias] [AS name]`` over ``node``."""
-        alias = lateral.args.get("alias")
-        names = [c.name for c in alias.columns] if alias is not None else []
-        table = alias.name if alias is not None and alias.name else f"_lateral{len(scope.aliases)}"
-        gen = lateral.this
-        positional = isinstance(gen, exp.Posexplode)
-        if not lateral.args.get("view") or not isinstance(gen, exp.Explode) or \
-                len(names) not in ((0, 2) if positional else (0, 1)):
-            raise QueryError(f"{lateral.sql(dialect='spark')!r}: a lateral view is supported "
-                             "as LATERAL VIEW [OUTER] explode(array) alias AS name, or "
-                             "posexplode(array) alias AS position, name")
-        if table in scope.aliases:
-            raise QueryError(f"alias {table!r} is used twice; give each table its own")
-        names = names or (["pos", "col"] if positional else ["col"])
-        internal = {n: n if n not in node.columns else f"{table}__{n}" for n in names}
-        outer = bool(lateral.args.get("outer")) or isinstance(gen, (exp.ExplodeOuter,
-                                                                    exp.PosexplodeOuter))
-        out = Explode(node, internal[names[-1]], scope.qualify(gen.this), outer,
-                      internal[names[0]] if positional else None)
-        scope.aliases[table] = internal
-        return out
-
-    def _select_generator(self, node: Node, scope: _Scope,
-                          items: list[tuple[str, exp.Expression]], i: int
-                          ) -> tuple[Node, list[tuple[str, exp.Expression]]]:
-        """``SELECT …, explode(array) AS name, …``: the rows exploded, the item a column."""
-        name, gen = items[i]
-        if isinstance(gen, exp.Posexplode):
-            raise QueryError(f"{gen.sql(dialect='spark')!r}: posexplode in SELECT is not "
-                             "supported; use LATERAL VIEW posexplode(array) t AS pos, name")
-        if not isinstance(items[i][1].parent, exp.Alias):
-            name = "col"  # Spark's name for an unnamed explode
-        internal = f"_exploded{len(node.columns)}"
-        node = Explode(node, internal, scope.qualify(gen.this), isinstance(gen, exp.ExplodeOuter))
-        scope.aliases.setdefault(_COMPUTED, {})[internal] = internal
-        items = list(items)
-        items[i] = (name, exp.column(internal, table=_COMPUTED))
-        return node, items
-
-    def _windowed(self, node: Node, scope: _Scope, items: list[tuple[str, exp.Expression]],
-                  at: list[int]) -> tuple[Node, list[tuple[str, exp.Expression]]]:
-        """``SELECT …, f(…) OVER (PARTITION BY … ORDER BY …) AS name, …``: the rows with
-        the window columns, each such item a column."""
-        outputs, partition, items = [], None, list(items)
-        for i in at:
-            name, e = items[i]
-            if not isinstance(e, exp.Window):
-                raise QueryError(f"{e.sql(dialect='spark')!r}: a window function is "
-                                 "supported as a whole item, f(…) OVER (…) AS name; compute "
-                                 "with its value in an outer query")
-            w = scope.qualify(e)
-            parts = w.args.get("partition_by") or []
-            if not all(isinstance(p, exp.Column) for p in parts):
-                raise QueryError(f"{e.sql(dialect='spark')!r}: PARTITION BY columns; compute "
-                                 "an expression as a column in a subquery first")
-            names = tuple(p.name for p in parts)
-            if partition is not None and set(names) != set(partition):
-                raise QueryError("the window functions of a query must share one PARTITION "
-                                 f"BY (here {list(partition)} and {list(names)}); use a "
-                                 "subquery for the other")
-            partition = names
-            internal = f"_window{len(outputs)}"
-            outputs.append((internal, window_functions.deterministic(w, node.columns)))
-            scope.aliases.setdefault(_COMPUTED, {})[internal] = internal
-            items[i] = (name, exp.column(internal, table=_COMPUTED))
-        return Windowed(node, partition or (), tuple(outputs)), items
 
     def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expression]]:
         items: list[tuple[str, exp.Expression]] = []
