@@ -255,7 +255,10 @@ def _case(e: exp.Case | exp.If, t: pa.Table) -> Value:
             raise Unsupported("CASE with an operand")
         ifs = [(i.this, i.args["true"]) for i in e.args.get("ifs", [])]
         default = e.args.get("default")
-    conds = [pc.fill_null(_boolean(_eval(c, t)), False) for c, _ in ifs]
+    tested = [_eval(c, t) for c, _ in ifs]
+    if any(st == "void" for _, st in tested):  # Spark: a NULL literal is not a condition
+        raise Unsupported("CASE WHEN NULL")
+    conds = [pc.fill_null(_boolean(v), False) for v in tested]
     values = [_eval(v, t) for _, v in ifs]
     values.append(_eval(default, t) if default is not None else (pa.nulls(t.num_rows),
                                                                   "void"))
