@@ -4,7 +4,8 @@ describe, and the net rows of a changelog, normalized for comparison."""
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 
 import duckdb
@@ -43,6 +44,29 @@ def duckdb_answer(sql: str, seen: dict[str, list[dict]],
         frame = net(seen[name], cols)  # noqa: F841  (read by DuckDB by name)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
     return normalized(con.execute(sql).fetchall())
+
+
+def check_history(spark, home, df, history: list[dict[str, list[dict]]],
+                  expected: Mapping[str, str],
+                  oracle: Callable[[str, dict[str, list[dict]]], list[tuple]] = duckdb_answer
+                  ) -> None:
+    """Ingest ``history`` (per increment: flow → records) into ``df`` and run it; after
+    every increment each query's answer equals ``oracle`` running ``expected[query]`` over
+    the records so far."""
+    from strata.controller.controller import Controller
+
+    seen: dict[str, list[dict]] = defaultdict(list)
+    with Controller(str(home), df, spark=spark, num_partitions=2) as c:
+        for inc in history:
+            for flow, recs in inc.items():
+                if recs:
+                    c.ingest(flow, recs)
+                seen[flow] += recs
+            c.run()
+            for name, sql in expected.items():
+                got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
+                want = oracle(sql, seen)
+                assert got == want, f"{name} after {sum(map(len, seen.values()))} records"
 
 
 def net_changes(changes: list[dict]) -> list[tuple]:

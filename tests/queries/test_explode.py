@@ -28,7 +28,7 @@ from strata.queries.sql import parse_sql
 from strata.series import Series, add_series, series_stage_name
 from strata.series.normalize import explain
 from tests.helpers import epochs_in
-from tests.queries.oracle import normalized
+from tests.queries.oracle import check_history, normalized
 
 DOCS = "id bigint, text string, tags array<string>, _mult bigint"
 KINDS = "id bigint, grp string, _mult bigint"  # a dimension keyed by id
@@ -135,19 +135,9 @@ _WHERE = itertools.cycle(["driver", "tasks"])
 def test_explode_queries_agree_with_duckdb(spark, tmp_path_factory, history):
     """Every query after every increment, epochs in the driver (Arrow) and as Spark tasks
     in turn."""
-    with epochs_in(spark, next(_WHERE)), \
-            Controller(str(tmp_path_factory.mktemp("explode")), build(), spark=spark,
-                       num_partitions=2) as c:
-        seen: dict[str, list[dict]] = {"docs": [], "kinds": []}
-        for inc in history:
-            for flow, recs in inc.items():
-                if recs:
-                    c.ingest(flow, recs)
-                seen[flow] += recs
-            c.run()
-            for name, (_, ddb) in QUERIES.items():
-                got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
-                assert got == duckdb_answer(ddb, seen), f"{name} after {len(seen['docs'])}"
+    with epochs_in(spark, next(_WHERE)):
+        check_history(spark, tmp_path_factory.mktemp("explode"), build(), history,
+                      {name: ddb for name, (_, ddb) in QUERIES.items()}, duckdb_answer)
 
 
 ROWS = StructType([StructField("id", LongType()), StructField("tags", ArrayType(StringType())),

@@ -16,7 +16,7 @@ from strata.model.errors import EpochError, StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
 from strata.queries.vector_route import VectorQueryProgram
 from tests.helpers import epochs_in
-from tests.queries.oracle import duckdb_answer, net_changes, normalized
+from tests.queries.oracle import check_history, net_changes, normalized
 
 R_SCHEMA = "x bigint, y bigint, _mult bigint"  # facts, with deletes
 D_SCHEMA = "id bigint, name string, grp string, _mult bigint"  # a dimension keyed by id
@@ -148,21 +148,9 @@ def histories(draw, n_increments=3):
     return out
 
 
-def check_history(spark, home, history, shapes=SHAPES) -> None:
-    df = build(shapes)
-    seen: dict[str, list[dict]] = {"R": [], "D": [], "P": []}
-    with Controller(str(home), df, spark=spark, num_partitions=2) as c:
-        for inc in history:
-            for flow, recs in inc.items():
-                if recs:
-                    c.ingest(flow, recs)
-                seen[flow] += recs
-            c.run()
-            for name, (sql, ddb) in shapes.items():
-                rows = c.answer(name)
-                got = normalized(tuple(r.values()) for r in rows.to_pylist())
-                want = duckdb_answer(ddb or sql, seen)
-                assert got == want, f"{name} after {len(seen['R'])} R records"
+def check_shapes(spark, home, history, shapes=SHAPES) -> None:
+    check_history(spark, home, build(shapes), history,
+                  {name: ddb or sql for name, (sql, ddb) in shapes.items()})
 
 
 _WHERE = itertools.cycle(["tasks", "driver", "driver-spark"])
@@ -175,7 +163,7 @@ def test_shapes_agree_with_duckdb(spark, tmp_path_factory, history):
     """Every shape against DuckDB; the vectorized route's epochs run as Spark tasks and in
     the driver in turn, example by example."""
     with epochs_in(spark, next(_WHERE)):
-        check_history(spark, tmp_path_factory.mktemp("shapes"), history)
+        check_shapes(spark, tmp_path_factory.mktemp("shapes"), history)
 
 
 def test_python_api_builds_the_same_query(spark, tmp_path):

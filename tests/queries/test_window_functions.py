@@ -13,7 +13,7 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import QueryError, add_query, derive, parse_sql
 from tests.helpers import epochs_in
-from tests.queries.oracle import duckdb_answer, net_changes, normalized
+from tests.queries.oracle import check_history, net_changes, normalized
 from tests.queries.test_shapes import D_SCHEMA, P_SCHEMA, R_SCHEMA, histories
 
 # Spark orders NULLs first ascending and last descending; DuckDB is told the same
@@ -55,19 +55,8 @@ _WHERE = itertools.cycle(["tasks", "driver"])
 def test_window_functions_agree_with_duckdb(spark, tmp_path_factory, history):
     """Every query after every increment (rows inserted and deleted, ties, NULLs, rows
     present twice), epochs as Spark tasks and in the driver in turn."""
-    with epochs_in(spark, next(_WHERE)), \
-            Controller(str(tmp_path_factory.mktemp("windows")), build(), spark=spark,
-                       num_partitions=2) as c:
-        seen: dict[str, list[dict]] = {"R": [], "D": [], "P": []}
-        for inc in history:
-            for flow, recs in inc.items():
-                if recs:
-                    c.ingest(flow, recs)
-                seen[flow] += recs
-            c.run()
-            for name, sql in QUERIES.items():
-                got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
-                assert got == duckdb_answer(sql, seen), f"{name} after {len(seen['R'])}"
+    with epochs_in(spark, next(_WHERE)):
+        check_history(spark, tmp_path_factory.mktemp("windows"), build(), history, QUERIES)
 
 
 def test_the_output_flow_is_the_changelog_and_touches_only_changed_rows(spark, tmp_path):
