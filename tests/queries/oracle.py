@@ -66,7 +66,8 @@ def check_history(spark, home, df, history: list[dict[str, list[dict]]],
             for name, sql in expected.items():
                 got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
                 want = oracle(sql, seen)
-                assert got == want, f"{name} after {sum(map(len, seen.values()))} records"
+                assert got == want, (f"{name} after {sum(map(len, seen.values()))} records: "
+                                     f"got {got}, want {want}")
 
 
 def net_changes(changes: list[dict]) -> list[tuple]:
