@@ -103,6 +103,20 @@ def test_a_union_keeps_the_nulls_of_any_held_frame(spark):
     assert sorted(tuple(r) for r in both.where("c IS NULL").collect()) == [(5, None)]
 
 
+def test_spark_reads_every_row_of_a_held_table_with_empty_batches(spark):
+    """PySpark's createDataFrame of an Arrow table whose first batches are empty gives no
+    rows (PySpark 4.1); held frames drop empty batches before Spark reads them."""
+    rows = pa.table({"x": pa.array([2, 3], pa.int64()), "_mult": pa.array([1, -1], pa.int64())})
+    empty = rows.slice(0, 0)
+    chunked = pa.concat_tables([empty, empty, rows])
+    schema = spark.createDataFrame(rows).schema
+    assert [b.num_rows for b in chunked.to_batches()] == [0, 0, 2]
+    held = driver_rows.from_arrow(spark, chunked, schema)
+    assert sorted(tuple(r) for r in held.collect()) == [(2, 1), (3, -1)]
+    assert held.groupBy().sum("_mult").collect()[0][0] == 0
+    assert driver_rows.from_arrow(spark, pa.concat_tables([empty, empty]), schema).count() == 0
+
+
 join_rows = st.lists(st.tuples(st.none() | st.integers(-2, 2),
                                st.none() | st.sampled_from([0.0, -0.0, 1.5, math.nan]),
                                st.integers(-2, 2)), max_size=8)

@@ -41,10 +41,18 @@ def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> Data
     On classic Spark the rows go to the JVM only when a Spark plan first uses them: a
     step's tables that only Arrow operations read never make that trip (about 10–40 ms
     each, dozens of times per step)."""
-    df = spark.createDataFrame(table, schema=schema) if is_connect(spark) else \
-        _LazyFrame(spark, table, schema)
+    df = spark.createDataFrame(_nonempty_batches(table), schema=schema) \
+        if is_connect(spark) else _LazyFrame(spark, table, schema)
     _HELD[df] = table
     return df
+
+
+def _nonempty_batches(table: pa.Table) -> pa.Table:
+    """``table`` without its empty record batches: PySpark's ``createDataFrame`` of an
+    Arrow table whose first batches are empty gives no rows at all (PySpark 4.1;
+    ``tests/queries/test_driver_rows.py``)."""
+    return pa.Table.from_batches([b for b in table.to_batches() if b.num_rows],
+                                 schema=table.schema)
 
 
 class _LazyFrame(ClassicDataFrame):
@@ -67,7 +75,8 @@ class _LazyFrame(ClassicDataFrame):
         if self._made is None:
             assert self._rows is not None
             table, schema = self._rows
-            self._made = self._session.createDataFrame(table, schema=schema)._jdf
+            self._made = self._session.createDataFrame(_nonempty_batches(table),
+                                                       schema=schema)._jdf
             self._rows = None
         return self._made
 
