@@ -51,8 +51,10 @@ def _nonempty_batches(table: pa.Table) -> pa.Table:
     """``table`` without its empty record batches: PySpark's ``createDataFrame`` of an
     Arrow table whose first batches are empty gives no rows at all (PySpark 4.1;
     ``tests/queries/test_driver_rows.py``)."""
-    return pa.Table.from_batches([b for b in table.to_batches() if b.num_rows],
-                                 schema=table.schema)
+    batches = [b for b in table.to_batches() if b.num_rows]
+    if not batches:  # no rows: as it is (PySpark cannot read a table of no batches)
+        return table
+    return pa.Table.from_batches(batches, schema=table.schema)
 
 
 class _LazyFrame(ClassicDataFrame):
