@@ -85,7 +85,7 @@ def tables_read(sql: str) -> list[str]:
     return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
 
 
-class _Scope:
+class Scope:
     """Columns visible in a FROM clause: alias → source column → internal name."""
 
     def __init__(self) -> None:
@@ -145,12 +145,12 @@ class _Converter:
             return node, alias, {c: prefix + c for c in inner.root.columns}
         raise QueryError(f"unsupported FROM item {item.sql()!r}: use a flow or (SELECT …)")
 
-    def _from(self, select: exp.Select) -> tuple[Node, _Scope, list[exp.Expression]]:
+    def _from(self, select: exp.Select) -> tuple[Node, Scope, list[exp.Expression]]:
         joins = select.args.get("joins") or []
         from_ = select.args.get("from_") or select.args.get("from")
         if from_ is None:
             raise QueryError("a query needs FROM")
-        scope = _Scope()
+        scope = Scope()
         node, alias, cols = self._source(from_.this, bool(joins))
         scope.aliases[alias] = cols
         leftover: list[exp.Expression] = []
@@ -409,7 +409,7 @@ class _Converter:
             raise QueryError(f"nested aggregate {n.sql()!r}: aggregate a subquery instead")
         return AggCall(func, arg, distinct)
 
-    def _semi_join(self, node: Node, scope: _Scope, cond: exp.In) -> Node:
+    def _semi_join(self, node: Node, scope: Scope, cond: exp.In) -> Node:
         """``x IN (SELECT c …)``: join with the subquery's distinct values of ``c``."""
         inner = self.query(cond.args["query"].this if isinstance(
             cond.args["query"], exp.Subquery) else cond.args["query"])
@@ -451,7 +451,7 @@ class _Converter:
         return int(e.this)
 
 
-def _output_aliases(e: exp.Expression, scope: _Scope,
+def _output_aliases(e: exp.Expression, scope: Scope,
                     items: Sequence[tuple[str, exp.Expression]]) -> exp.Expression:
     """``e`` (a GROUP BY or HAVING term) with each unqualified column that names no input
     column but an output (``SELECT count(*) AS c … HAVING c > 1``) replaced by the

@@ -15,7 +15,7 @@ from strata.queries.algebra import Explode, Node, Windowed
 from strata.queries.errors import QueryError
 
 if TYPE_CHECKING:
-    from strata.queries.sql import _Scope as Scope
+    from strata.queries.sql import Scope
 
 COMPUTED = " computed"  # the scope's name for an explode or a window in SELECT (no user
 # can type it)
