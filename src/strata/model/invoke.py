@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from strata.model.emitter import Emitter, UnknownOutput
-from strata.model.errors import OutputError, TranslateError
+from strata.model.errors import EpochError, OutputError, TranslateError
 
 if TYPE_CHECKING:
     from strata.model.dataflow import Stage
@@ -35,14 +35,29 @@ def call_translate(stage: Stage, epoch: int, key: Any, args: list[Iterator[dict]
     translate: Any = stage.translate  # declared to return None; a mistake may not
     try:
         result = translate(key, *args, out=out)
-    except UnknownOutput as e:
-        raise OutputError(str(e), flow=e.flow, **_where(stage, epoch, key, has_key, group)
-                          ) from None
     except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
-        raise TranslateError(f"{type(e).__name__}: {e}", cause=traceback.format_exc(),
-                             **_where(stage, epoch, key, has_key, group)) from None
+        raise translate_failure(stage, epoch, key, e, group, has_key) from None
     if result is not None:
-        raise OutputError(RETURNED, **_where(stage, epoch, key, has_key, group))
+        raise returned_value(stage, epoch, key, group, has_key)
+
+
+def translate_failure(stage: Stage, epoch: int, key: Any, error: Exception,
+                      group: Iterable[Iterable[dict]] = (), has_key: bool = True
+                      ) -> EpochError:
+    """The error that stops the epoch when translate raised ``error`` for ``key``; call
+    it inside the ``except`` block (a ``TranslateError`` carries the traceback). For hot
+    loops that call translate inline rather than through :func:`call_translate`."""
+    where = _where(stage, epoch, key, has_key, group)
+    if isinstance(error, UnknownOutput):
+        return OutputError(str(error), flow=error.flow, **where)
+    return TranslateError(f"{type(error).__name__}: {error}", cause=traceback.format_exc(),
+                          **where)
+
+
+def returned_value(stage: Stage, epoch: int, key: Any,
+                   group: Iterable[Iterable[dict]] = (), has_key: bool = True) -> EpochError:
+    """The error that stops the epoch when translate returned a value for ``key``."""
+    return OutputError(RETURNED, **_where(stage, epoch, key, has_key, group))
 
 
 def _where(stage: Stage, epoch: int, key: Any, has_key: bool,

@@ -8,6 +8,7 @@ records bound for other partitions ("pending") as new, uniquely named files.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ import pyarrow as pa
 from strata.model.dataflow import STATE
 from strata.model.emitter import Emitter
 from strata.model.errors import EpochError, RouteError, SchemaError
-from strata.model.invoke import call_translate
+from strata.model.invoke import returned_value, translate_failure
 from strata.model.keys import encode_key, partition_of
 from strata.model.route_eval import BadRoute, sort_by, state_key
 from strata.model.schema import records_of, to_table
@@ -62,6 +63,9 @@ class PartitionRun:
         self.state_written: list[tuple[dict, Any, bytes | None]] = []
         self.local: dict[bytes, list] = {}  # enc -> [key, records] kept in this partition
         self.local_table: pa.Table | None = None  # self.local's records, when all are in it
+        # (records, their table) per output flow: a translate that writes to an output what
+        # it keeps in state (as the URL count does) has its state table made once
+        self.output_tables: list[tuple[list[dict], pa.Table]] = []
         self.remote: list[tuple] = []  # state records bound for other partitions
         self.assoc: list[tuple] = []
         self.store: DirectColumns | PartitionStore | None = None
@@ -125,6 +129,9 @@ class PartitionRun:
             elif kind == FAILURE:
                 raise EpochError.from_dict(item[1])
         for (fi, column), buffers in batches.items():
+            if nf == 1 and not groups:  # the common case, built without a call per key
+                groups = {enc: [key, [recs]] for enc, key, recs in grouped_rows(buffers, column)}
+                continue
             for enc, key, recs in grouped_rows(buffers, column):
                 per_flow = (groups.get(enc) or new_group(enc, key))[1]
                 per_flow[fi] = per_flow[fi] + recs if per_flow[fi] else recs
@@ -158,46 +165,58 @@ class PartitionRun:
         state_only = ([enc for enc in state_of if enc not in groups] if grouping == "outer"
                       else [])
         called = list(groups) + state_only
-        empty: list = [[] for _ in self.flows]
-        self.broadcasts = any(bcast)
-
-        def keyed() -> Iterator[tuple]:  # the groups with input, then (outer) the others
-            for enc, (key, per_flow) in groups.items():
-                s = state_of.get(enc)
-                yield enc, key, s[1] if s else (), per_flow
+        if state_only:  # outer grouping also calls the stored keys without input
+            empty: list = [[] for _ in self.flows]
             for enc in state_only:
-                key, recs = state_of[enc]
-                yield enc, key, recs, empty
-
+                groups[enc] = [state_of[enc][0], empty]
+        self.broadcasts = any(bcast)
         plain = self.unordered and not self.broadcasts
-        self._call_each(keyed(), None if plain else partial(self._args, bcast, state_of, groups))
+        self._call_each(groups.items(), state_of.get,
+                        None if plain else partial(self._args, bcast, state_of, groups))
 
         def own_calls() -> Iterator[tuple]:  # record-wise: each record a group of its own
             for fi, rec in own:
                 per_flow: list[list] = [[] for _ in self.flows]
                 per_flow[fi] = [rec]
-                yield None, None, (), per_flow
+                yield None, (None, per_flow)
 
-        self._call_each(own_calls(), None if self.unordered
+        self._call_each(own_calls(), {}.get, None if self.unordered
                         else partial(self._args, None, None, None))
         return self._finish(set(called), stored, pending)
 
-    def _call_each(self, calls: Iterable[tuple], args_of: Callable[..., list] | None) -> None:
-        """Call translate for each ``(enc, key, state records, records per flow)`` of
-        ``calls`` and collect what it wrote. ``args_of(enc, key, state records, records per
-        flow)`` makes its arguments; None: the common case, no ``order_by`` and no broadcast
-        records, built inline. Outer grouping makes one call per stored key, so this loop,
-        with its lookups hoisted, is the epoch's hot path."""
+    def _call_each(self, calls: Iterable[tuple[Any, Any]], state_get: Callable[[Any], Any],
+                   args_of: Callable[..., list] | None) -> None:
+        """Call translate for each ``(enc, (key, records per flow))`` of ``calls``, with
+        the state ``state_get(enc)`` (``(key, records)`` or None), and collect what it
+        wrote. ``args_of(enc, key, state records, records per flow)`` makes its arguments;
+        None: the common case, no ``order_by`` and no broadcast records, built inline.
+
+        Outer grouping makes one call per stored key, so this loop is the epoch's hot
+        path: its lookups are hoisted and translate is called inline rather than through
+        ``call_translate``, with the same errors."""
         stage, out, epoch = self.stage, self.out, self.t.epoch
-        stateful = stage.state is not None
-        buffers, written = self.buffers, self.state_written
-        for enc, key, state_recs, per_flow in calls:
-            if args_of is None:
-                args: list[Iterator] = [iter(state_recs)] if stateful else []
-                args += map(iter, per_flow)
-            else:
-                args = args_of(enc, key, state_recs, per_flow)
-            call_translate(stage, epoch, key, args, out, group=per_flow)
+        translate: Any = stage.translate  # declared to return None; a mistake may not
+        stateful, single = stage.state is not None, len(self.flows) == 1
+        buffers, written, nothing = self.buffers, self.state_written, ()
+        for enc, (key, per_flow) in calls:
+            s = state_get(enc)
+            if args_of is not None:
+                args = args_of(enc, key, s[1] if s else nothing, per_flow)
+            try:
+                if args_of is not None:
+                    result = translate(key, *args, out=out)
+                elif not stateful:
+                    result = translate(key, *map(iter, per_flow), out=out)
+                elif single:
+                    result = translate(key, iter(s[1] if s else nothing), iter(per_flow[0]),
+                                       out=out)
+                else:
+                    result = translate(key, iter(s[1] if s else nothing), *map(iter, per_flow),
+                                       out=out)
+            except Exception as e:  # noqa: BLE001 - any user error stops the epoch cleanly
+                raise translate_failure(stage, epoch, key, e, per_flow) from None
+            if result is not None:
+                raise returned_value(stage, epoch, key, per_flow)
             for buf, b in buffers:  # (end index, key) to name the key of a bad record
                 if len(buf) != (b[-1][0] if b else 0):
                     b.append((len(buf), key))
@@ -247,6 +266,7 @@ class PartitionRun:
         for name, buf in self.out.outputs.items():
             if buf:
                 table = self._table(name, buf, self.stage[name].schema)
+                self.output_tables.append((buf, table))
                 chain = t.fusion.post.get(name)
                 if chain:  # record-wise stages fused after this output
                     buf = apply_chain(chain, records_of(table), t.epoch)
@@ -347,7 +367,11 @@ class PartitionRun:
         the schema makes it) under its own key: here, or bound for another partition."""
         if not self.state_written:
             return
-        res = to_table([r for r, _, _ in self.state_written], schema)
+        records = [r for r, _, _ in self.state_written]
+        res = next((table for buf, table in self.output_tables
+                    if _same_records(buf, records) and table.schema.equals(schema)), None)
+        if res is None:
+            res = to_table(records, schema)
         if isinstance(res, tuple):
             i, rec, why = res
             raise self._err(SchemaError, why, flow=STATE, key=self.state_written[i][1],
@@ -396,6 +420,11 @@ class PartitionRun:
                 self.local.setdefault(senc, [skey, []])[1].append(rec)
             else:
                 self.remote.append((PENDING_STATE, senc, skey, rec))
+
+
+def _same_records(a: list[dict], b: list[dict]) -> bool:
+    """Are ``a`` and ``b`` the same record objects in the same order?"""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _present(only, enc, groups, state_of, flows) -> bool:
