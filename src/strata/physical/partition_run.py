@@ -383,17 +383,24 @@ class PartitionRun:
             # Columnar runs convert records to the schema's types when they are written,
             # so a record kept here under its own key column need not be converted back
             # first; the others (bound elsewhere, or keyed otherwise) are, as below.
-            misplaced, local = [], self.local
-            for i, (rec, key, enc) in enumerate(written):
-                v = rec[field]
-                if type(v) is exact and type(key) is exact and v == key and enc is not None:
+            misplaced = [i for i, (rec, key, enc) in enumerate(written)
+                         if not (type(v := rec[field]) is exact and type(key) is exact
+                                 and v == key and enc is not None)]
+            local, gone = self.local, set(misplaced)
+            placed = (written if not misplaced
+                      else [w for i, w in enumerate(written) if i not in gone])
+            fresh = not local
+            if fresh:  # one record per key, the common case: one comprehension
+                local.update({enc: [key, [rec]] for rec, key, enc in placed})
+            if not fresh or len(local) != len(placed):  # keys with several records
+                if fresh:
+                    local.clear()
+                for rec, key, enc in placed:
                     kept = local.get(enc)
                     if kept is None:
-                        local[enc] = [v, [rec]]
+                        local[enc] = [key, [rec]]
                     else:
                         kept[1].append(rec)
-                else:
-                    misplaced.append(i)
             if not misplaced:  # every record kept under its calling key: res is self.local
                 self.local_table = res
                 return
