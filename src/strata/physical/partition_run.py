@@ -387,8 +387,8 @@ class PartitionRun:
                          if not (type(v := rec[field]) is exact and type(key) is exact
                                  and v == key and enc is not None)]
             local, gone = self.local, set(misplaced)
-            placed = (written if not misplaced
-                      else [w for i, w in enumerate(written) if i not in gone])
+            placed: list[tuple[dict, Any, Any]] = (  # each with its encoding (not None)
+                written if not misplaced else [w for i, w in enumerate(written) if i not in gone])
             fresh = not local
             if fresh:  # one record per key, the common case: one comprehension
                 local.update({enc: [key, [rec]] for rec, key, enc in placed})
