@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -157,7 +158,7 @@ class PartitionRun:
                 stored = self.store.lookup(wanted)
         elif st is not None:
             stored = {enc: (kv[0], kv[1]) for enc, kv in bbstate.items()}
-        state_of = dict(stored)
+        state_of = dict(stored) if pending else stored
         for enc, (key, recs) in pending.items():
             old = state_of.get(enc)
             state_of[enc] = (key, (old[1] + recs) if old else recs)
@@ -165,13 +166,16 @@ class PartitionRun:
         state_only = ([enc for enc in state_of if enc not in groups] if grouping == "outer"
                       else [])
         called = list(groups) + state_only
+        calls: Iterable[tuple] = groups.items()
         if state_only:  # outer grouping also calls the stored keys without input
             empty: list = [[] for _ in self.flows]
-            for enc in state_only:
-                groups[enc] = [state_of[enc][0], empty]
+            keys = map(operator.itemgetter(0), map(state_of.__getitem__, state_only))
+            # (enc, (key, records per flow)) pairs built with no Python per key
+            calls = chain(calls, zip(state_only, zip(keys, repeat(empty), strict=False),
+                                     strict=True))
         self.broadcasts = any(bcast)
         plain = self.unordered and not self.broadcasts
-        self._call_each(groups.items(), state_of.get,
+        self._call_each(calls, state_of.get,
                         None if plain else partial(self._args, bcast, state_of, groups))
 
         def own_calls() -> Iterator[tuple]:  # record-wise: each record a group of its own
