@@ -1,9 +1,11 @@
-"""Calling a stage's ``translate``: the one place a user function's failure becomes an
+"""Calling a stage's ``translate``: where a user function's failure becomes an
 :class:`~strata.model.errors.EpochError` naming the stage, epoch, key and record.
 
-Spark tasks, record-wise stages fused into another stage's job, and the reference
-executor all call :func:`call_translate`, so a bad input fails the same way in every
-execution mode.
+Record-wise stages fused into another stage's job and the reference executor call
+:func:`call_translate`; the per-key loop of a Spark task or driver epoch calls translate
+inline (a frame per key is a measurable share of an epoch) and builds its errors with
+:func:`translate_failure` and :func:`returned_value`, which ``call_translate`` uses too,
+so a bad input fails the same way in every execution mode.
 """
 
 from __future__ import annotations
