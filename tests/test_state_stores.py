@@ -6,7 +6,11 @@ import json
 import random
 from collections import Counter
 
+import pytest
+
 from strata.apps.urlcount import urlcount_dataflow
+from strata.model import Dataflow, Input, State
+from strata.model.errors import SchemaError
 from strata.physical.translate import TranslateProgram, TranslateState
 from strata.storage.manifest import StateDir
 from tests.dataflow_driver import SparkRunner, multiset
@@ -28,6 +32,17 @@ def run_counts(runner: SparkRunner, stage, epochs, seen: Counter | None = None) 
         assert multiset(out["counts"]) == multiset(
             [{"url": u, "count": seen[u]} for u in {r["url"] for r in batch}])
     return seen
+
+
+def url_stage(translate, state_schema: str):
+    """Stage ``count``: ``translate`` per URL, output ``counts`` of ``url string, count
+    long`` and an inner-grouped state of ``state_schema``, routed by the URL."""
+    df = Dataflow("same-records")
+    urls = df.source("urls", "url string")
+    df.stage("count", translate, inputs=[Input(urls, route_by="url")],
+             outputs={"counts": "url string, count long"},
+             state=State(state_schema, route_by="url", grouping="inner"))
+    return df.stages["count"]
 
 
 def test_an_indexed_home_stays_indexed_under_a_columnar_runner(spark, tmp_path):
@@ -79,20 +94,13 @@ def test_state_written_as_an_output_keeps_its_own_schema(spark, tmp_path):
     """translate keeps in state the very dicts it writes to an output: the state's table is
     made from the output's only when the schemas agree (here they do not: the state's
     count is a double), so each flow reads back as its own schema makes the records."""
-    from strata.model import Dataflow, Input, State
-
     def count(url, state, urls, *, out):
         prev = next(state, None)
         record = {"url": url, "count": sum(1 for _ in urls) + (prev["count"] if prev else 0)}
         out.write("counts", record)
         out.state(record)
 
-    df = Dataflow("same-records")
-    urls = df.source("urls", "url string")
-    df.stage("count", count, inputs=[Input(urls, route_by="url")],
-             outputs={"counts": "url string, count long"},
-             state=State("url string, count double", route_by="url", grouping="inner"))
-    stage = df.stages["count"]
+    stage = url_stage(count, "url string, count double")
     for where in ("driver", "tasks"):
         runner = SparkRunner(spark, str(tmp_path / where), f"direct@{where}", 2)
         seen: Counter = Counter()
@@ -113,22 +121,12 @@ def test_a_state_record_too_big_for_the_state_schema_is_named_though_the_output_
     """The same dict written to an output of ``count long`` and kept in a state of ``count
     int``: a count past int32 fits the output, not the state, and the epoch stops with a
     SchemaError naming the state flow, the key and the record, with nothing committed."""
-    import pytest
-
-    from strata.model import Dataflow, Input, State
-    from strata.model.errors import SchemaError
-
     def count(url, state, urls, *, out):
         record = {"url": url, "count": 2**40 if url == "big" else sum(1 for _ in urls)}
         out.write("counts", record)
         out.state(record)
 
-    df = Dataflow("narrow-state")
-    urls = df.source("urls", "url string")
-    df.stage("count", count, inputs=[Input(urls, route_by="url")],
-             outputs={"counts": "url string, count long"},
-             state=State("url string, count int", route_by="url", grouping="inner"))
-    stage = df.stages["count"]
+    stage = url_stage(count, "url string, count int")
     for where in ("driver", "tasks"):
         runner = SparkRunner(spark, str(tmp_path / where), f"direct@{where}", 2)
         runner.run(stage, {"urls": [{"url": "a"}, {"url": "b"}]})
