@@ -390,15 +390,15 @@ class PartitionRun:
             misplaced = [i for i, (rec, key, enc) in enumerate(written)
                          if not (type(v := rec[field]) is exact and type(key) is exact
                                  and v == key and enc is not None)]
-            local, gone = self.local, set(misplaced)
+            gone = set(misplaced)
             placed: list[tuple[dict, Any, Any]] = (  # each with its encoding (not None)
                 written if not misplaced else [w for i, w in enumerate(written) if i not in gone])
-            fresh = not local
-            if fresh:  # one record per key, the common case: one comprehension
-                local.update({enc: [key, [rec]] for rec, key, enc in placed})
-            if not fresh or len(local) != len(placed):  # keys with several records
-                if fresh:
-                    local.clear()
+            # self.local is empty until here. One record per key, the common case: one
+            # comprehension; keys with several records are filed again, in order
+            local = self.local
+            local.update({enc: [key, [rec]] for rec, key, enc in placed})
+            if len(local) != len(placed):
+                local.clear()
                 for rec, key, enc in placed:
                     kept = local.get(enc)
                     if kept is None:
