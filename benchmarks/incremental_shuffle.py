@@ -71,8 +71,10 @@ TARGET_OUTER_VS_BLACKBOX = 0.5  # outer epoch seconds / black-box outer epoch se
 
 
 def url(n: int) -> str:
-    """A realistic URL for id ``n`` (500 sites, one page per id)."""
-    return f"https://site{n % 500}.example.com/page/{n}"
+    """A realistic URL for id ``n`` (500 sites, one page per id). Ids are zero-padded to
+    seven digits so that an increment has the same bytes at every S: unpadded, the larger
+    run's URLs were a digit longer, and its shuffle grew with the data, not the state."""
+    return f"https://site{n % 500:03d}.example.com/page/{n:07d}"
 
 
 def log(msg: str) -> None:
