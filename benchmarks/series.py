@@ -26,7 +26,10 @@ yesterday's) ``cache()``d by hand and shared by the three queries.
 Over the raw CSV segments, ``original_raw_csv``, ``logical_raw_csv`` and
 ``full_raw_csv`` run as ``original``, ``logical`` and ``full``; the summary's I/O,
 seconds and read targets are taken from them, and the same figures over the Parquet
-segments are reported under ``parquet_segments_…`` names.
+segments are reported under ``parquet_segments_…`` names. ``--quick`` (a smoke run on
+four small segments, under a minute, whose weekly series is every four segments over
+four) runs only ``original_raw_csv`` and ``full_raw_csv``, one sweep point and a trace
+of 200 series; ``not_run`` lists the rest.
 
 Per day and configuration: bytes read (Spark's input bytes), shuffle bytes written,
 bytes written (output bytes; view and answer files written by the driver are counted from
@@ -68,13 +71,26 @@ from series_sweep import QUICK as SWEEP_QUICK
 from series_sweep import sweep, sweep_segments
 
 ROOT = Path(__file__).resolve().parents[1]
-FULL = {"days": 14, "rows": 400_000, "queries": 20_000, "urls": 200_000, "users": 50_000}
-QUICK = {"days": 7, "rows": 20_000, "queries": 2_000, "urls": 5_000, "users": 2_000}
+# "week": q2's period and window in segments (the smoke run's "week" is four days)
+FULL = {"days": 14, "rows": 400_000, "queries": 20_000, "urls": 200_000, "users": 50_000,
+        "week": 7}
+QUICK = {"days": 4, "rows": 20_000, "queries": 2_000, "urls": 5_000, "users": 2_000,
+         "week": 4}
+TRACE_FULL = {"series": 1000, "streams": 50, "days": 28}
+TRACE_QUICK = {"series": 200, "streams": 10, "days": 14}
 DDL = "A string, B bigint, C bigint, D bigint, E bigint"
+
+
+def weekly(week: int) -> tuple:
+    """q2: the histogram on (A, B) of the newest ``week`` segments, every ``week``."""
+    return ("SELECT A, B, count(*) AS n FROM log GROUP BY A, B",
+            {"log": f"log[-{week - 1}:0]"}, week)
+
+
 SERIES = {
     "q1": ("SELECT A, B, E, count(*) AS n FROM log WHERE E <= 3 GROUP BY A, B, E",
            {"log": "log"}, 1),
-    "q2": ("SELECT A, B, count(*) AS n FROM log GROUP BY A, B", {"log": "log[-6:0]"}, 7),
+    "q2": weekly(FULL["week"]),
     "q3": ("SELECT t.D AS D, t.n AS today, y.n AS yesterday FROM "
            "(SELECT D, count(*) AS n FROM today GROUP BY D) t JOIN "
            "(SELECT D, count(*) AS n FROM yesterday GROUP BY D) y ON t.D = y.D",
@@ -243,18 +259,21 @@ def target(value, goal, met) -> dict:
     return {"value": value, "target": goal, "met": met}
 
 
-def io_targets(orig: list, logical: list, full: list, prefix: str = "") -> dict:
+def io_targets(orig: list | None, logical: list | None, full: list | None,
+               prefix: str = "") -> dict:
     """Against original: logical's and full's I/O saving, full's seconds on days 2..
-    and its reads per segment."""
+    and its reads per segment; {} if original or full did not run (``--quick``)."""
+    if not orig or not full:
+        return {}
     saving = 1 - total(full, "io") / total(orig, "io")
-    logical_saving = 1 - total(logical, "io") / total(orig, "io")
+    logical_saving = 1 - total(logical, "io") / total(orig, "io") if logical else None
     secs = total(full[1:], "seconds") / total(orig[1:], "seconds")  # day 1 starts Spark up
     read_ratio = max(d["read"] / d["segment_bytes"] for d in full if d["segment_bytes"])
     return {
         f"{prefix}full_io_saving_vs_original": target(round(saving, 3), ">= 0.5",
                                                       saving >= 0.5),
-        f"{prefix}logical_io_saving_vs_original": target(round(logical_saving, 3), None,
-                                                         None),
+        f"{prefix}logical_io_saving_vs_original": target(
+            None if logical_saving is None else round(logical_saving, 3), None, None),
         f"{prefix}full_seconds_over_original": target(round(secs, 3), "<= 0.6", secs <= 0.6),
         f"{prefix}bytes_read_over_new_segment_max": target(round(read_ratio, 3), "<= 1.1",
                                                            read_ratio <= 1.1),
@@ -266,8 +285,9 @@ def summarize(runs: dict, answers_ok: bool, trace: dict, swept: dict) -> dict:
     error, agreement, regret = (swept["max_relative_error"], swept["choice_agreement"],
                                 swept["worst_regret"])
     return {
-        **io_targets(*(runs[f"{c}_raw_csv"] for c in ("original", "logical", "full"))),
-        **io_targets(runs["original"], runs["logical"], runs["full"], "parquet_segments_"),
+        **io_targets(*(runs.get(f"{c}_raw_csv") for c in ("original", "logical", "full"))),
+        **io_targets(*(runs.get(c) for c in ("original", "logical", "full")),
+                     "parquet_segments_"),
         "cost_model_max_relative_error": target(error, "<= 0.15",
                                                 error is not None and error <= 0.15),
         "cost_model_choice_agreement": target(agreement, ">= 0.85", agreement >= 0.85),
@@ -321,8 +341,9 @@ def plot(result: dict, path: str) -> None:
         ax.set_xlabel("day (segment)")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.suptitle(f"query series q1 (daily), q2 (weekly over 7), q3 (today ⋈ yesterday): "
-                 f"{result['machine']}")
+    week = result["config"].get("week", 7)
+    fig.suptitle(f"query series q1 (daily), q2 (every {week} segments over {week}), q3 "
+                 f"(today ⋈ yesterday): {result['machine']}")
     save(fig, path)
 
 
@@ -335,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
 
     cfg = QUICK if args.quick else FULL
+    SERIES["q2"] = weekly(cfg["week"])
     # get_spark turns Parquet's vectored reads off: with them Spark counts only footers
     spark = get_spark(args.master, app_name="strata-bench-series",
                       **{"spark.ui.retainedStages": "100000",
@@ -353,19 +375,20 @@ def main(argv: list[str] | None = None) -> int:
             warm = files[:WARMUP_DAYS]
             run_original(spark, metrics, warm, tmp / "warm", cache_by_hand=False)
             run_strata(spark, metrics, warm, tmp / "warm", [list(SERIES)], args.partitions)
-        runs = {}
-        log("original")
-        runs["original"] = run_original(spark, metrics, files, tmp, cache_by_hand=False)
-        log("logical")
-        runs["logical"], _ = run_strata(spark, metrics, files, tmp / "logical",
-                                        [[n] for n in SERIES], args.partitions)
-        log("full")
-        runs["full"], answers = run_strata(spark, metrics, files, tmp / "full", [list(SERIES)],
-                                           args.partitions)
-        not_run, peer_ok = {}, None
-        if args.quick:  # neither is in the summary
-            not_run["full_shared_scan"] = not_run["cache_by_hand"] = "skipped by --quick"
+        runs, not_run, peer_ok, answers = {}, {}, None, {}
+        if args.quick:  # a smoke run: the configurations of the summary's targets only
+            for name in ("original", "logical", "full", "full_shared_scan", "cache_by_hand",
+                         "logical_raw_csv"):
+                not_run[name] = "skipped by --quick"
         else:
+            log("original")
+            runs["original"] = run_original(spark, metrics, files, tmp, cache_by_hand=False)
+            log("logical")
+            runs["logical"], _ = run_strata(spark, metrics, files, tmp / "logical",
+                                            [[n] for n in SERIES], args.partitions)
+            log("full")
+            runs["full"], answers = run_strata(spark, metrics, files, tmp / "full",
+                                               [list(SERIES)], args.partitions)
             log("full with a shared scan")
             runs["full_shared_scan"], _ = run_strata(spark, metrics, files, tmp / "shared",
                                                      [list(SERIES)], args.partitions, True)
@@ -375,10 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         log("original over raw CSV segments")
         runs["original_raw_csv"] = run_original(spark, metrics, by_format["csv"], tmp,
                                                 cache_by_hand=False)
-        log("logical over raw CSV segments")
-        runs["logical_raw_csv"], _ = run_strata(spark, metrics, by_format["csv"],
-                                                tmp / "logical-csv", [[n] for n in SERIES],
-                                                args.partitions)
+        if not args.quick:
+            log("logical over raw CSV segments")
+            runs["logical_raw_csv"], _ = run_strata(spark, metrics, by_format["csv"],
+                                                    tmp / "logical-csv",
+                                                    [[n] for n in SERIES], args.partitions)
         log("full over raw CSV segments")
         runs["full_raw_csv"], csv_answers = run_strata(
             spark, metrics, by_format["csv"], tmp / "full-csv", [list(SERIES)],
@@ -401,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                       args.partitions, log)
         from strata.series.simulate import generate_trace, simulate
 
-        trace = simulate(generate_trace(series=1000, streams=50, days=28, seed=args.seed))
+        trace = simulate(generate_trace(**(TRACE_QUICK if args.quick else TRACE_FULL),
+                                        seed=args.seed))
         result = {
             "machine": f"{os.cpu_count()} cores, {args.master}",
             "command": " ".join(["benchmarks/series.py", *(argv or sys.argv[1:])]),

@@ -11,7 +11,7 @@ A web log from 4 servers (``ts`` timestamp, ``source``, ``url`` Zipf-skewed, ``b
    SQL metrics) and seconds per increment (median of increments 2..k).
 2. **Concurrent windows**: 1, 4 and 16 windows of different ranges and slides in one
    strata query (one pane store); the 16 as separate Structured Streaming queries (over
-   the first 2 increments: they take minutes per increment).
+   the first 2 increments: they take minutes per increment; not in ``--quick``).
 3. **Work per slide**: combine + uncombine calls per slide for a sum (invertible) and
    combines for max (Two-Stacks), range/slide 4, 12, 60, 240 (the sliders themselves).
 4. **Fidelity**: relative error of a count (scaled by C2) and of a distinct-user count
@@ -46,7 +46,7 @@ from common import emit, parser, save  # benchmarks/common.py (this script's fol
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"increments": 6, "rows": 2_000_000, "urls": 2_000, "users": 20_000, "minutes": 5,
         "shed_increments": 10, "shed_rows": 1_000_000}
-QUICK = {"increments": 3, "rows": 8_000, "urls": 200, "users": 500, "minutes": 5,
+QUICK = {"increments": 2, "rows": 8_000, "urls": 200, "users": 500, "minutes": 5,
          "shed_increments": 4, "shed_rows": 8_000}
 SOURCES = 4
 DDL = "ts timestamp, source string, url string, bytes bigint, user string"
@@ -56,8 +56,12 @@ BASE = datetime(2026, 1, 1, tzinfo=UTC)
 SQL = "SELECT url, count(*) AS n, avg(bytes) AS avg_bytes FROM log GROUP BY url"
 
 
+_STARTED = time.perf_counter()
+
+
 def log(msg: str) -> None:
-    print(f"[windows] {msg}", file=sys.stderr, flush=True)
+    print(f"[windows {time.perf_counter() - _STARTED:6.1f} s] {msg}", file=sys.stderr,
+          flush=True)
 
 
 def records(rng: np.random.Generator, cfg: dict, i: int, rows: int | None = None,
@@ -497,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                   "config": cfg, "load_before": round(load0, 2)}
         result["spark"] = part_spark(spark, cfg, files, tmp, args.partitions)
         result["concurrent"] = part_concurrent(spark, cfg, files, tmp, args.partitions,
-                                               not args.no_spark_concurrent)
+                                               not (args.no_spark_concurrent or args.quick))
         result["work_per_slide"] = part_work_per_slide()
         result["fidelity"] = part_fidelity(args.seed)
         log("failure eviction")
