@@ -597,7 +597,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="Zipf exponent of URL popularity (0: uniform)")
     ap.add_argument("--partitions", type=int, default=2,
                     help="strata partitions = spark.sql.shuffle.partitions (state partitions)")
-    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--methods", nargs="+", choices=METHODS,
+                    help="default: all (--quick: all but transformWithStateInPandas, the "
+                         "slowest, which no target reads)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
@@ -605,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     records, keys = args.records or size["records"], args.keys or size["keys"]
     n = args.increments or size["increments"]
     n_slow = min(n, args.slow_increments or size["slow_increments"])
+    methods = args.methods or [m for m in METHODS if not (
+        args.quick and m == "ss_transform_with_state_in_pandas")]
 
     wall0, load0 = time.perf_counter(), os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="strata-peer-"))
@@ -616,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{stats[-1]['urls_so_far']:,}; load average {load0[0]:.2f}")
     ref_slow = reference_counts(files[:n_slow])  # for the streams run on fewer increments
     # the reference: Spark SQL's recomputation when it runs, else pyarrow's count
-    ref_all = None if "full_recompute" in args.methods else reference_counts(files)
+    ref_all = None if "full_recompute" in methods else reference_counts(files)
 
     import pyspark
 
@@ -631,13 +635,16 @@ def main(argv: list[str] | None = None) -> int:
     ctx: Ctx = {"spark": spark, "metrics": SparkMetrics(spark, timeout_s=30), "tmp": tmp,
                 "records": records, "partitions": args.partitions}
     try:
-        # warm-up, not reported: JVM, Python workers, imports, a first streaming query
-        wfiles, _ = make_increments(tmp / "warm-inc", 2000, 20_000, 1, args.skew, args.seed + 1)
-        t0 = time.perf_counter()
-        run_interleaved(["strata_direct", "full_recompute", "ss_builtin_count"],
-                        {**ctx, "records": 2000, "tmp": tmp / "warm"}, wfiles, 1)
-        log(f"warm-up done in {time.perf_counter() - t0:.1f} s")
-        extra, counts, skipped, loads = run_interleaved(args.methods, ctx, files, n_slow)
+        # warm-up, not reported (full runs: --quick is a smoke run whose ratios nobody
+        # quotes): JVM, Python workers, imports, a first streaming query
+        if not args.quick:
+            wfiles, _ = make_increments(tmp / "warm-inc", 2000, 20_000, 1, args.skew,
+                                        args.seed + 1)
+            t0 = time.perf_counter()
+            run_interleaved(["strata_direct", "full_recompute", "ss_builtin_count"],
+                            {**ctx, "records": 2000, "tmp": tmp / "warm"}, wfiles, 1)
+            log(f"warm-up done in {time.perf_counter() - t0:.1f} s")
+        extra, counts, skipped, loads = run_interleaved(methods, ctx, files, n_slow)
         per = {m: [r["seconds"] for r in rows] for m, rows in extra.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

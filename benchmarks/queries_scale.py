@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"multiples of the paper's initial sizes (default "
                          f"{' '.join(map(str, FULL_FACTORS))}; --quick "
                          f"{' '.join(map(str, QUICK_FACTORS))})")
-    ap.add_argument("--increments", type=int, default=4, help="increments per size")
+    ap.add_argument("--increments", type=int, help="increments per size (4; --quick: 2)")
     ap.add_argument("--only", nargs="+", choices=list(INITIAL), metavar="QUERY")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = q.QUICK if args.quick else q.FULL
     factors = args.factors or (QUICK_FACTORS if args.quick else FULL_FACTORS)
+    args.increments = args.increments or (2 if args.quick else 4)
     spark = get_spark(args.master, app_name="strata-bench-queries-scale")
     metrics = SparkMetrics(spark)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
@@ -114,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                     "factors": factors, "increments": args.increments, "queries": {}}
     for name in args.only or list(INITIAL):
         result["queries"][name] = []
-        # not recorded: the first sizes would otherwise pay for warming up the JVM
-        run_size(spark, metrics, name, {**q.QUICK, "increments": 2}, args.partitions)
+        # not recorded (full runs only): the first sizes would otherwise pay for warming
+        # up the JVM
+        if not args.quick:
+            run_size(spark, metrics, name, {**q.QUICK, "increments": 2}, args.partitions)
         for f in factors:
             cfg = {**base, "increments": args.increments,
                    INITIAL[name]: base[INITIAL[name]] * f}

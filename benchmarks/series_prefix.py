@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-series-prefix-"))
     load0 = os.getloadavg()[0]
-    [path] = segments(cfg, tmp, args.seed)
+    [path] = segments(cfg, tmp, args.seed)["parquet"]  # the Parquet segment of one day
     plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat)
              for p in PLANS}
     expected = answers(spark, "separate", tmp)
