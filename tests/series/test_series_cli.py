@@ -144,3 +144,20 @@ def test_correcting_a_segment_from_the_cli(spark, tmp_path):
              "--format", "jsonl").stdout
     assert canon([json.loads(line) for line in out.splitlines()]) == canon(
         duckdb_answer(WEEKLY, {"log": range(2, 4)}, corrected))
+
+
+def test_a_series_not_yet_answered_says_from_which_segment_it_will_be(spark, tmp_path):
+    pipeline, home = _clicks_home(tmp_path)
+    ok("series", "add", "weekly", "SELECT A, count(*) AS n FROM log GROUP BY A",
+       "--table", "log=log[-6:0]", "--period", 7, "--home", home)
+    before = invoke("series", "show", "weekly", "--home", home)
+    assert before.exit_code == 1
+    assert "has not answered an occurrence yet: its occurrences are due from segment 7 of " \
+           "'log' on" in " ".join(before.output.split())
+    pq.write_table(segment(random.Random(2), 10), tmp_path / "seg.parquet")
+    ok("ingest", "log", tmp_path / "seg.parquet", "--home", home)
+    ok("run", pipeline, "--home", home)
+    after = " ".join(invoke("series", "show", "weekly", "--home", home).output.split())
+    assert "due from segment 7 of 'log' on (segments 1–1 read)" in after
+    unknown = invoke("series", "show", "nosuch", "--home", home)
+    assert unknown.exit_code == 1 and "no series 'nosuch'" in unknown.output

@@ -46,8 +46,10 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
     try:
         flows = catalog.flows()
         if name not in flows or not flows[name]["producer"]:
-            raise StrataError(f"the home has no series {name!r} with answers (`strata series "
-                              "list` lists the series)")
+            when = _when_first(layout, name, None)
+            raise StrataError(f"series {name!r} has not answered an occurrence yet{when}"
+                              if when else f"the home has no series {name!r} with answers "
+                              "(`strata series list` lists the series)")
         state = StateDir(layout.stage(flows[name]["producer"])).current()
         answered = {s.epoch: s.increment for s in catalog.flow_increments(name)}
         changes = catalog.flow_increments(changes_flow(name)) \
@@ -57,7 +59,8 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
     by_occurrence = {epoch_occurrence(state.state, e): e for e in answered}
     if occurrence is None:
         if not by_occurrence:
-            raise StrataError(f"series {name!r} has not answered an occurrence yet")
+            raise StrataError(f"series {name!r} has not answered an occurrence yet"
+                              f"{_when_first(layout, name, segment_of(state))}")
         occurrence = max(by_occurrence)
     epoch = occurrence_epoch(state.state, occurrence)
     if epoch not in answered:
@@ -67,6 +70,25 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
                           f"{', '.join(map(str, known)) or 'none'})")
     return StoredAnswer(occurrence, to_arrow_schema(flows[name]["schema"]), answered[epoch],
                         tuple(s.increment for s in changes))
+
+
+def _when_first(home: Home, name: str, read: int | None) -> str:
+    """When registered series ``name`` first answers, for an error saying it has not yet
+    (``read``: the segments its stage has read, if known); "" if it is not registered."""
+    from strata.series.registry import find  # the registry imports the stage, which imports this
+
+    catalog = Catalog(home.catalog_path)
+    try:
+        program, series = find(catalog, name)
+    except StrataError:
+        return ""
+    finally:
+        catalog.close()
+    first = program.plans[series.name].schedule.first
+    seen = "" if read is None else (f" (segments 1–{read} read)" if read
+                                    else " (no segment read yet)")
+    return (f": its occurrences are due from segment {first} of {program.stream!r} on{seen}; "
+            "`strata run` answers those due among the segments it reads")
 
 
 def series_answer(home: str | os.PathLike[str] | Home, name: str,
