@@ -46,7 +46,7 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
     try:
         flows = catalog.flows()
         if name not in flows or not flows[name]["producer"]:
-            when = _when_first(layout, name, None)
+            when = _when_first(catalog, name, None)
             raise StrataError(f"series {name!r} has not answered an occurrence yet{when}"
                               if when else f"the home has no series {name!r} with answers "
                               "(`strata series list` lists the series)")
@@ -54,13 +54,13 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
         answered = {s.epoch: s.increment for s in catalog.flow_increments(name)}
         changes = catalog.flow_increments(changes_flow(name)) \
             if changes_flow(name) in flows else []
+        by_occurrence = {epoch_occurrence(state.state, e): e for e in answered}
+        if occurrence is None and not by_occurrence:
+            raise StrataError(f"series {name!r} has not answered an occurrence yet"
+                              f"{_when_first(catalog, name, segment_of(state))}")
     finally:
         catalog.close()
-    by_occurrence = {epoch_occurrence(state.state, e): e for e in answered}
     if occurrence is None:
-        if not by_occurrence:
-            raise StrataError(f"series {name!r} has not answered an occurrence yet"
-                              f"{_when_first(layout, name, segment_of(state))}")
         occurrence = max(by_occurrence)
     epoch = occurrence_epoch(state.state, occurrence)
     if epoch not in answered:
@@ -72,18 +72,15 @@ def stored_answer(home: str | os.PathLike[str] | Home, name: str,
                         tuple(s.increment for s in changes))
 
 
-def _when_first(home: Home, name: str, read: int | None) -> str:
+def _when_first(catalog: Catalog, name: str, read: int | None) -> str:
     """When registered series ``name`` first answers, for an error saying it has not yet
     (``read``: the segments its stage has read, if known); "" if it is not registered."""
     from strata.series.registry import find  # the registry imports the stage, which imports this
 
-    catalog = Catalog(home.catalog_path)
     try:
         program, series = find(catalog, name)
     except StrataError:
         return ""
-    finally:
-        catalog.close()
     first = program.plans[series.name].schedule.first
     seen = "" if read is None else (f" (segments 1–{read} read)" if read
                                     else " (no segment read yet)")
