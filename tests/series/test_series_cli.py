@@ -74,6 +74,7 @@ def test_series_from_the_cli(spark, tmp_path):
     assert "ad hoc query over log" in table and "segments 4: raw segment" in table
     gone = invoke("series", "query", other, "--table", "log=log[-1:0]", "--home", home)
     assert gone.exit_code == 1 and "segment 3 of 'log' is no longer kept" in gone.output
+    assert "raw segments kept: 4;" in " ".join(gone.output.split())
     lines = ok("series", "query", other, "--home", home, "--format", "jsonl").stdout
     assert canon([json.loads(line) for line in lines.splitlines()]) == canon(
         duckdb_answer(other, {"log": range(4, 5)}, segments))
@@ -106,6 +107,8 @@ def test_correcting_a_segment_from_the_cli(spark, tmp_path):
         ok("ingest", "log", tmp_path / f"seg{i}.parquet", "--home", home)
     unset = invoke("series", "correct", "log", 2, tmp_path / "seg0.parquet", "--home", home)
     assert unset.exit_code == 1 and "no series on 'log' takes corrections" in unset.output
+    nowhere = invoke("series", "correct", "logs", 2, tmp_path / "seg0.parquet", "--home", home)
+    assert nowhere.exit_code == 1 and "no stream 'logs' (flows: log)" in nowhere.output
     ok("series", "add", "last2", WEEKLY, "--table", "log=log[-1:0]", "--lateness", 2,
        "--home", home)
     listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]

@@ -59,8 +59,9 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         return active
     # PySpark 4.3 warns about pandas 3 on import; strata's paths do not use the affected parts.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    # PySpark logs every failed DataFrame analysis as a JSON dump; strata reports it itself.
-    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
+    # PySpark logs each failed DataFrame or SQL expression as JSON; strata reports it itself.
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     if remote is not None:
         return _connect(remote, app_name, conf)
     # Python workers must run the interpreter that holds strata and its pinned deps.

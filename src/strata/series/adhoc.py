@@ -86,8 +86,13 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
                 parts.append(view_of_segment(view, _segment(spark, raw[j], program.columns)))
                 where.append(f"{j}: raw segment")
             else:
-                raise StrataError(f"segment {j} of {stream!r} is no longer kept, and no "
-                                  f"series keeps view {view.fingerprint} of it")
+                raise StrataError(
+                    f"segment {j} of {stream!r} is no longer kept, and no series keeps view "
+                    f"{view.fingerprint} of it (raw segments kept: {_spans(raw)}; that "
+                    f"view kept for: {_spans(stored.get(view.fingerprint, {}))}). The series "
+                    "stage drops a segment once no registered window reads it: query a "
+                    "window of kept segments (--newest N, a shorter --table range), or "
+                    "register a series whose window covers the segments you query")
         lines.append(f"view {view.fingerprint} ({view.kind}) of segments "
                      + "; ".join(where))
         if not parts:
@@ -96,6 +101,20 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
 
     answer = occurrence(plan, n, read, spark)
     return answer, lines
+
+
+def _spans(segments: Mapping) -> str:
+    """Segment numbers (ints or their strings) as ranges, e.g. ``3–7, 9``; or ``none``."""
+    nums = sorted(int(j) for j in segments)
+    if not nums:
+        return "none"
+    runs: list[list[int]] = [[nums[0], nums[0]]]
+    for j in nums[1:]:
+        if j == runs[-1][1] + 1:
+            runs[-1][1] = j
+        else:
+            runs.append([j, j])
+    return ", ".join(f"{a}–{b}" if a < b else str(a) for a, b in runs)
 
 
 def _segment(spark: SparkSession, inc: Increment, columns: Mapping[str, str]) -> DataFrame:

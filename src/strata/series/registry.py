@@ -99,7 +99,11 @@ def check_correction(catalog: Catalog, home: Home, stream: str, segment: int,
     segments (default: the registered series' lateness); else a StrataError that says
     why and what to do."""
     side = corrections_flow(stream)
-    if side not in catalog.flows():
+    flows = catalog.flows()
+    if stream not in flows:
+        raise StrataError(f"the home has no stream {stream!r} (flows: "
+                          f"{', '.join(sorted(flows)) or 'none'})")
+    if side not in flows:
         raise StrataError(f"no series on {stream!r} takes corrections: give a series a "
                           "lateness (`strata series add --lateness N`, or Series(lateness=N)) "
                           "and run the pipeline once")
