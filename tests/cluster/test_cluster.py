@@ -189,20 +189,22 @@ def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
                             files: list[tuple[str, Path]], setup: tuple = ()
                             ) -> dict[str, Path]:
     """Two homes, ``cluster`` and ``local``: register ``pipeline`` in each (then the CLI
-    command ``setup``, if any), and per ``(flow, file)`` ingest it and run, on the cluster
-    (`strata run` given ``TASKS``) or in local mode. Returns the homes."""
+    command ``setup``, if any), ingest the first ``(flow, file)`` and run, then ingest the
+    rest and run again (an epoch per file; the second run starts from the first's stored
+    state), on the cluster (`strata run` given ``TASKS``) or in local mode. Two cluster
+    runs, not one per file: each starts a driver and executors. Returns the homes."""
     homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
     for where, home in homes.items():
         local("run", pipeline, "--home", home)
         if setup:
             local(*setup, "--home", home)
-        for flow, path in files:
-            local("ingest", flow, path, "--home", home)
+        for batch in (files[:1], files[1:]):
+            for flow, path in batch:
+                local("ingest", flow, path, "--home", home)
             if where == "local":
                 local("run", pipeline, "--home", home)
             else:
-                sh("run", pipeline, "--home", home, "--master", cluster.master,
-                   *TASKS)
+                sh("run", pipeline, "--home", home, "--master", cluster.master, *TASKS)
     return homes
 
 
@@ -221,6 +223,7 @@ def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
     homes = run_here_and_on_cluster(
         cluster, pipeline, tmp_path, [("log", write(tmp_path, batch)) for batch in raw],
         setup=("window", "add", "w", windowed, "--deadline", "0", "--lateness", "6"))
+    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {"w": len(raw)}
     for flow in ("w_windows", "w_c2"):
         got = records(homes["cluster"], flow)
         assert got and got == records(homes["local"], flow), flow
@@ -234,6 +237,8 @@ def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
     pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
     homes = run_here_and_on_cluster(
         cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))])
+    days = len(list(SAMPLE.glob("day-*.jsonl")))
+    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {"count": days}
     for target in ("counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target

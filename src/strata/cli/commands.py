@@ -311,6 +311,11 @@ def ingest(
     end_frame: Annotated[bool, typer.Option(
         "--end-frame", help="Close the open frame after this increment (for consumers "
                             "with frame_by).")] = False,
+    by_reference: Annotated[bool, typer.Option(
+        "--by-reference",
+        help="Take Parquet files in place instead of copying them into the home: their "
+             "footers must match the flow's schema exactly. strata never changes or deletes "
+             "them; they must stay unchanged while the increment is queued.")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Append the files PATH... (or a Spark table, or a Spark SQL query's rows) to the
@@ -327,8 +332,12 @@ def ingest(
         if len(given) != 1:
             raise StrataError("give files to ingest, or one of --from-table TABLE and --sql "
                               "QUERY (exactly one source)")
+        if by_reference and not paths:
+            raise StrataError("--by-reference takes Parquet files (PATH...), not a Spark "
+                              "table or query")
         if paths:
-            n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame)
+            n = do_ingest(path, flow, [str(p) for p in paths], fmt, end_frame=end_frame,
+                          by_reference=by_reference)
         else:
             n = _ingest_from_spark(path, flow, from_table, sql, master, remote, end_frame)
         paths = paths or []
@@ -339,12 +348,13 @@ def ingest(
         if json_out:
             typer.echo(output.dumps({"flow": flow, "increment": n, "records": records,
                                "files": [str(p) for p in paths], "end_frame": end_frame,
-                               "consumers": consumers}))
+                               "by_reference": by_reference, "consumers": consumers}))
             return
         count = f"{records:,}" if records is not None else "the"
         console = output.out()
         console.print(f"ingested {count} records into [bold]{escape(flow)}[/] as increment "
-                      f"{n}" + (" (frame closed)" if end_frame else ""))
+                      f"{n}" + (" (by reference)" if by_reference else "")
+                      + (" (frame closed)" if end_frame else ""))
         if consumers:
             console.print(f"waiting for: {', '.join(consumers)}; `strata run PIPELINE --home "
                           f"{escape(str(home))}` processes it")

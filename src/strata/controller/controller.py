@@ -29,6 +29,7 @@ from strata.controller.dataframes import ingest_dataframe
 from strata.controller.framing import frame_all
 from strata.controller.ingest import ingest
 from strata.controller.lock import HomeLock
+from strata.controller.references import check_referenced
 from strata.controller.registration import attach_registered_stages, register
 from strata.faults import crashpoint
 from strata.model.dataflow import Dataflow
@@ -164,15 +165,17 @@ class Controller:
     # -- input and output -----------------------------------------------------------------
     def ingest(self, flow: str,
                source: Sequence[str | os.PathLike[str]] | Sequence[dict] | DataFrame,
-               fmt: str | None = None, end_frame: bool = False) -> int:
+               fmt: str | None = None, end_frame: bool = False,
+               by_reference: bool = False) -> int:
         """Append one increment to external input ``flow``: files or records (see
-        :func:`ingest`), or a Spark DataFrame, written by Spark (see
+        :func:`ingest`; ``by_reference`` takes Parquet files in place), or a Spark
+        DataFrame, written by Spark (see
         :func:`~strata.controller.dataframes.ingest_dataframe`)."""
         if isinstance(source, DataFrame):
             return ingest_dataframe(self.layout, flow, source, end_frame=end_frame,
                                     catalog=self.catalog)
         return ingest(self.layout, flow, source, fmt, end_frame=end_frame,
-                      catalog=self.catalog)
+                      catalog=self.catalog, by_reference=by_reference)
 
     def stored_increments(self, flow: str) -> list[tuple[int, Increment]]:
         """``(epoch, increment)`` of every stored increment of ``flow``, oldest first.
@@ -320,6 +323,7 @@ class Controller:
         t0 = time.perf_counter()
         inputs = {f: [self.catalog.increment(i) for i in ids]
                   for f, ids in intent["reads"].items()}
+        check_referenced(self.layout, unit.stage.name, epoch, inputs)
         result = self.runner.run_epoch(unit.stage, inputs, epoch=epoch, fusion=unit.fusion)
         crashpoint("after-spark-commit")
         self._apply(seq, unit, epoch, intent, result.outputs)

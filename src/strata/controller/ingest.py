@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from strata.controller.readers import read_source
+from strata.controller.readers import IngestError, read_source
+from strata.controller.references import referenced_increment
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
@@ -27,6 +28,7 @@ def ingest(
     *,
     end_frame: bool = False,
     catalog: Catalog | None = None,
+    by_reference: bool = False,
 ) -> int:
     """Append one increment to the external input ``flow`` of the dataflow in ``home``.
 
@@ -34,12 +36,22 @@ def ingest(
     from the extension unless ``fmt`` is given) or a list of records. The files are
     checked against the flow's schema first: a bad file is rejected whole, naming the
     line or row that failed, and nothing is appended. Returns the increment's number.
+
+    ``by_reference``: take Parquet files in place instead of copying them into the home
+    (their footers are checked against the schema; see
+    :func:`~strata.controller.references.referenced_increment`).
     """
     layout = home if isinstance(home, Home) else Home(home)
     own = catalog is None
     catalog = catalog or Catalog(layout.catalog_path)
     try:
         ddl = checked_external_flow(layout, catalog, flow)
+        if by_reference:
+            if any(isinstance(s, dict) for s in source):
+                raise IngestError("records cannot be ingested by reference: only files")
+            inc = referenced_increment(source, to_arrow_schema(ddl), flow, fmt)  # type: ignore[arg-type]
+            crashpoint("ingest-before-commit")
+            return catalog.record_ingest(flow, inc, end_frame)
         table = read_source(source, to_arrow_schema(ddl), fmt, flow)
         return append_table(layout, catalog, flow, table, end_frame)
     finally:

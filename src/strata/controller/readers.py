@@ -41,7 +41,7 @@ class IngestError(StrataError):
     """A file to ingest does not fit the flow; nothing was appended."""
 
 
-def _format_of(path: str, fmt: str | None) -> str:
+def format_of(path: str, fmt: str | None) -> str:
     if fmt:
         if fmt not in FORMATS:
             raise IngestError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -61,7 +61,7 @@ def read_source(source: Sequence, schema: pa.Schema, fmt: str | None, flow: str)
         return _checked(list(source), schema, flow, "records", lambda i: f"record {i + 1}")
     if not source:
         raise IngestError(f"nothing to ingest into {flow!r}: give at least one file")
-    tables = [_read_file(os.fspath(p), schema, _format_of(os.fspath(p), fmt), flow)
+    tables = [_read_file(os.fspath(p), schema, format_of(os.fspath(p), fmt), flow)
               for p in source]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 

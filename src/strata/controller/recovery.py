@@ -58,6 +58,7 @@ def collect_garbage(catalog: Catalog, home: Home) -> int:
 
 
 def _delete_increment_files(home: Home, files: Sequence[str]) -> None:
+    files = [f for f in files if home.owns(f)]  # never a file ingested by reference
     for f in files:
         fs.delete_quietly(f)
     parents = {f.rsplit("/", 1)[0] for f in files if not home.is_frame_file(f)}

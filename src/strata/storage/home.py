@@ -47,6 +47,11 @@ class Home:
     def lock_path(self) -> str:
         return os.path.join(self.root, LOCK)
 
+    def owns(self, uri: str) -> bool:
+        """Whether ``uri`` is under the home (strata wrote it), not a file an increment
+        references in place (which strata never deletes)."""
+        return uri.startswith(self.root.rstrip("/") + "/")
+
     def exists(self) -> bool:
         """Whether a controller has registered a dataflow here (its catalog exists)."""
         return os.path.isfile(self.catalog_path)

@@ -1,0 +1,94 @@
+"""Increments that reference Parquet files in place instead of copying them.
+
+A segment that lands as Parquet already has the layout strata stores: ingesting it by
+reference checks the file's footer against the flow's schema (column names and order,
+and types) and records the file itself as the increment, so it is read once, by the
+stages that use it, and only the columns they need (docs/architecture.md, "Ingest by
+reference").
+
+strata never writes or deletes a referenced file. The file must stay as it was while an
+increment lists it: before an epoch reads one, :func:`check_referenced` compares the
+files' size with the increment's, recorded at ingest, and stops the epoch, naming the
+files, if one is gone or they have changed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from strata.controller.readers import IngestError, format_of
+from strata.model.errors import StrataError
+from strata.storage import fs
+from strata.storage.home import Home
+from strata.storage.increments import Increment
+
+
+def referenced_increment(paths: Sequence[str | os.PathLike[str]], schema: pa.Schema,
+                         flow: str, fmt: str | None = None) -> Increment:
+    """The increment of Parquet ``paths`` taken in place, after checking each footer
+    against ``schema`` (IngestError, naming the file and column, if one does not fit)."""
+    if not paths:
+        raise IngestError(f"nothing to ingest into {flow!r}: give at least one file")
+    uris, records, size = [], 0, 0
+    for p in paths:
+        uri = os.fspath(p)
+        uri = uri if "://" in uri else os.path.abspath(uri)
+        if format_of(uri, fmt) != "parquet":
+            raise IngestError(f"{uri}: only Parquet files can be ingested by reference; "
+                              "ingest other formats without --by-reference (they are "
+                              "converted and copied into the home)")
+        filesystem, path = fs.resolve(uri)
+        info = filesystem.get_file_info(path)
+        if info.type != pa.fs.FileType.File:
+            raise IngestError(f"no such file: {uri}")
+        try:
+            pf = pq.ParquetFile(path, filesystem=filesystem)
+            file_schema = pf.schema_arrow
+        except (pa.ArrowException, OSError) as e:
+            raise IngestError(f"{uri}: not a readable Parquet file ({e})") from None
+        _check_schema(uri, file_schema, schema, flow)
+        uris.append(uri)
+        records += pf.metadata.num_rows
+        size += info.size
+    return Increment(tuple(uris), records, size)
+
+
+def _check_schema(uri: str, got: pa.Schema, want: pa.Schema, flow: str) -> None:
+    fix = ("Ingest it without --by-reference (its rows are then cast and copied into the "
+           "home), or write the file with the flow's schema.")
+    if got.names != want.names:
+        raise IngestError(f"{uri}: columns {got.names} are not those of flow {flow!r}, "
+                          f"{want.names} (by reference, names and order must match). {fix}")
+    for g, w in zip(got, want, strict=True):
+        if not g.type.equals(w.type):
+            raise IngestError(f"{uri}, column {w.name!r}: the file's type {g.type} is not "
+                              f"flow {flow!r}'s type {w.type}. {fix}")
+
+
+def check_referenced(home: Home, stage: str, epoch: int,
+                     inputs: Mapping[str, Sequence[Increment]]) -> None:
+    """Before epoch ``epoch`` of ``stage`` reads ``inputs``: the files of every increment
+    ingested by reference (files outside the home) are all there, with the bytes they
+    had at ingest (the increment's size is theirs)."""
+    for flow, increments in inputs.items():
+        for inc in increments:
+            if not inc.files or all(home.owns(f) for f in inc.files):
+                continue
+            where = f"stage {stage!r}, epoch {epoch}, flow {flow!r}"
+            fix = ("strata reads such files in place: put them back as they were and run "
+                   "again. Nothing was committed.")
+            now = 0
+            for uri in inc.files:
+                filesystem, path = fs.resolve(uri)
+                info = filesystem.get_file_info(path)
+                if info.type != pa.fs.FileType.File:
+                    raise StrataError(f"{where}: {uri}, ingested by reference, is gone. {fix}")
+                now += info.size
+            if now != inc.bytes:
+                raise StrataError(f"{where}: {', '.join(inc.files)}, ingested by reference "
+                                  f"with {inc.bytes} bytes, now hold {now}: changed since "
+                                  f"ingest. {fix}")
