@@ -71,6 +71,9 @@ def test_a_file_that_does_not_match_the_schema_exactly_is_refused(spark, tmp_pat
             c.ingest("urls", [csv], by_reference=True)
         with pytest.raises(IngestError, match="only files"):
             c.ingest("urls", [{"url": "a"}], by_reference=True)
+        inside = _write(tmp_path / "home" / "mine.parquet", ["a"])
+        with pytest.raises(IngestError, match="is inside the home"):
+            c.ingest("urls", [inside], by_reference=True)
 
 
 def test_a_referenced_file_gone_or_changed_stops_the_epoch_before_it_commits(spark, tmp_path):

@@ -47,9 +47,10 @@ def ingest(
     try:
         ddl = checked_external_flow(layout, catalog, flow)
         if by_reference:
-            if any(isinstance(s, dict) for s in source):
+            files = [s for s in source if not isinstance(s, dict)]
+            if len(files) < len(source):
                 raise IngestError("records cannot be ingested by reference: only files")
-            inc = referenced_increment(source, to_arrow_schema(ddl), flow, fmt)  # type: ignore[arg-type]
+            inc = referenced_increment(layout, files, to_arrow_schema(ddl), flow, fmt)
             crashpoint("ingest-before-commit")
             return catalog.record_ingest(flow, inc, end_frame)
         table = read_source(source, to_arrow_schema(ddl), fmt, flow)

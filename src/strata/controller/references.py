@@ -27,8 +27,8 @@ from strata.storage.home import Home
 from strata.storage.increments import Increment
 
 
-def referenced_increment(paths: Sequence[str | os.PathLike[str]], schema: pa.Schema,
-                         flow: str, fmt: str | None = None) -> Increment:
+def referenced_increment(home: Home, paths: Sequence[str | os.PathLike[str]],
+                         schema: pa.Schema, flow: str, fmt: str | None = None) -> Increment:
     """The increment of Parquet ``paths`` taken in place, after checking each footer
     against ``schema`` (IngestError, naming the file and column, if one does not fit)."""
     if not paths:
@@ -37,6 +37,10 @@ def referenced_increment(paths: Sequence[str | os.PathLike[str]], schema: pa.Sch
     for p in paths:
         uri = os.fspath(p)
         uri = uri if "://" in uri else os.path.abspath(uri)
+        if home.owns(uri):
+            raise IngestError(f"{uri} is inside the home {home.root}, whose files strata "
+                              "manages and deletes: keep files ingested by reference "
+                              "outside it")
         if format_of(uri, fmt) != "parquet":
             raise IngestError(f"{uri}: only Parquet files can be ingested by reference; "
                               "ingest other formats without --by-reference (they are "
