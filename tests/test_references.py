@@ -119,3 +119,48 @@ def test_ingest_by_reference_from_the_cli(spark, tmp_path):
     assert [json.loads(line) for line in shown.stdout.splitlines()] == [{"url": "a",
                                                                          "count": 2}]
     assert day.exists()
+
+
+@pytest.mark.parametrize("crash_at", ["ingest-before-commit", "after-spark-commit"])
+def test_kill_9_with_a_referenced_file_loses_nothing_and_leaves_it_alone(spark, tmp_path,
+                                                                         crash_at):
+    """``strata ingest --by-reference`` killed before its commit records nothing; ``strata
+    run`` killed after its epoch's Spark commit is finished by the next run. Either way the
+    referenced file is byte for byte what it was."""
+    import os
+    import subprocess
+    import sys
+
+    from strata.cli import app
+
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text("from strata.apps.urlcount import urlcount_dataflow\n"
+                        "dataflow = urlcount_dataflow()\n")
+    home, day = tmp_path / "home", _write(tmp_path / "d1.parquet", ["a", "b", "a"])
+    before = day.read_bytes()
+    cli = CliRunner()
+
+    def strata(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        if crash:
+            env["STRATA_CRASH_AT"] = crash
+        return subprocess.run([sys.executable, "-m", "strata.cli", *args, "--home",
+                               str(home)], env=env, capture_output=True, text=True)
+
+    assert cli.invoke(app, ["run", str(pipeline), "--home", str(home)]).exit_code == 0
+    ingest = ("ingest", "urls", str(day), "--by-reference")
+    if crash_at == "ingest-before-commit":
+        assert strata(*ingest, crash=crash_at).returncode == -9
+        assert not (home / "incoming").exists() or not any((home / "incoming").rglob("*"))
+        status = json.loads(cli.invoke(app, ["status", "--home", str(home), "--json"]).stdout)
+        assert status["connectors"][0]["queued"] == 0
+        assert strata(*ingest).returncode == 0
+    else:
+        assert strata(*ingest).returncode == 0
+        assert strata("run", str(pipeline), crash=crash_at).returncode == -9
+    done = strata("run", str(pipeline))
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = cli.invoke(app, ["show", "counts", "--home", str(home), "--format", "jsonl"])
+    assert sorted((r["url"], r["count"]) for r in map(json.loads, shown.stdout.splitlines())
+                  ) == [("a", 2), ("b", 1)]
+    assert day.read_bytes() == before
