@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from strata.controller.readers import IngestError, format_of
@@ -47,7 +48,7 @@ def referenced_increment(home: Home, paths: Sequence[str | os.PathLike[str]],
                               "converted and copied into the home)")
         filesystem, path = fs.resolve(uri)
         info = filesystem.get_file_info(path)
-        if info.type != pa.fs.FileType.File:
+        if info.type != pafs.FileType.File:
             raise IngestError(f"no such file: {uri}")
         try:
             pf = pq.ParquetFile(path, filesystem=filesystem)
@@ -89,7 +90,7 @@ def check_referenced(home: Home, stage: str, epoch: int,
             for uri in inc.files:
                 filesystem, path = fs.resolve(uri)
                 info = filesystem.get_file_info(path)
-                if info.type != pa.fs.FileType.File:
+                if info.type != pafs.FileType.File:
                     raise StrataError(f"{where}: {uri}, ingested by reference, is gone. {fix}")
                 now += info.size
             if now != inc.bytes:
