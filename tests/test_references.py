@@ -111,6 +111,10 @@ def test_ingest_by_reference_from_the_cli(spark, tmp_path):
                             "--json"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["by_reference"] is True
+    status = json.loads(cli.invoke(app, ["status", "--home", str(home), "--json"]).stdout)
+    assert status["referenced_files"] == [{"flow": "urls", "increment": 1, "file": str(day)}]
+    table = cli.invoke(app, ["status", "--home", str(home)], env={"COLUMNS": "250"}).stdout
+    assert "files ingested by reference" in table and str(day) in table
     refused = cli.invoke(app, ["ingest", "urls", "--sql", "SELECT 'a' AS url",
                                "--by-reference", "--home", str(home)])
     assert refused.exit_code == 1 and "--by-reference takes Parquet files" in refused.output
@@ -119,6 +123,8 @@ def test_ingest_by_reference_from_the_cli(spark, tmp_path):
     assert [json.loads(line) for line in shown.stdout.splitlines()] == [{"url": "a",
                                                                          "count": 2}]
     assert day.exists()
+    status = json.loads(cli.invoke(app, ["status", "--home", str(home), "--json"]).stdout)
+    assert status["referenced_files"] == []  # read and consumed: the file is free again
 
 
 @pytest.mark.parametrize("crash_at", ["ingest-before-commit", "after-spark-commit"])

@@ -437,6 +437,15 @@ def status(home: HomeOption, json_out: JsonOption = False) -> None:
                 t.add_row(f["flow"], f["producer"] or "—", str(f["increments"]),
                           f"{f['records']:,}", output.size(f["bytes"]), span)
             console.print(t)
+        if info["referenced_files"]:
+            t = Table(title="files ingested by reference, still to be read (keep them "
+                      "unchanged)", title_justify="left")
+            t.add_column("flow")
+            t.add_column("increment", justify="right")
+            t.add_column("file", overflow="fold")  # whole paths, wrapped if need be
+            for r in info["referenced_files"]:
+                t.add_row(r["flow"], str(r["increment"]), r["file"])
+            console.print(t)
         for u in info["unfinished_epochs"]:
             console.print(Text(f"unfinished epoch {u['epoch']} of {u['stage']} (interrupted "
                                "by a crash, an error or Ctrl-C): the next `strata run` "

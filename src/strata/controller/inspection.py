@@ -68,12 +68,19 @@ def collect_status(home: Home) -> dict[str, Any]:
                 "bytes": sum(s.increment.bytes for s in incs),
                 "epochs": [s.epoch for s in incs],
             })
+        # files ingested by reference that stored increments still list: strata reads
+        # them in place, so they must stay as they are until these are consumed
+        referenced = [{"flow": name, "increment": s.epoch, "file": f}
+                      for name, info in catalog.flows().items() if info["external"]
+                      for s in catalog.flow_increments(name) for f in s.increment.files
+                      if not home.owns(f)]
         unfinished = [{"stage": s, "epoch": e} for _, s, e, _ in catalog.unapplied()]
         inputs = sorted(n for n, f in catalog.flows().items() if f["external"])
     finally:
         catalog.close()
     return {"home": home.root, "stages": stages, "connectors": connectors,
             "terminal_flows": terminal, "external_inputs": inputs,
+            "referenced_files": referenced,
             "unfinished_epochs": unfinished}
 
 
