@@ -16,8 +16,8 @@ from strata.controller import Controller, IngestError
 from strata.model.errors import StrataError
 
 
-def _write(path: Path, urls: list[str], **columns) -> Path:
-    pq.write_table(pa.table({"url": urls, **columns}), path)
+def _write(path: Path, urls: list[str]) -> Path:
+    pq.write_table(pa.table({"url": urls}), path)
     return path
 
 

@@ -57,8 +57,9 @@ def collect_status(home: Home) -> dict[str, Any]:
                 "open_frame_records": open_frame["records"] if open_frame else 0,
             })
         consumed = {f for f, _ in catalog.connectors()}
+        flows = catalog.flows()
         terminal = []
-        for name, info in catalog.flows().items():
+        for name, info in flows.items():
             if name in consumed or info["external"]:
                 continue
             incs = catalog.flow_increments(name)
@@ -71,11 +72,11 @@ def collect_status(home: Home) -> dict[str, Any]:
         # files ingested by reference that stored increments still list: strata reads
         # them in place, so they must stay as they are until these are consumed
         referenced = [{"flow": name, "increment": s.epoch, "file": f}
-                      for name, info in catalog.flows().items() if info["external"]
+                      for name, info in flows.items() if info["external"]
                       for s in catalog.flow_increments(name) for f in s.increment.files
                       if not home.owns(f)]
         unfinished = [{"stage": s, "epoch": e} for _, s, e, _ in catalog.unapplied()]
-        inputs = sorted(n for n, f in catalog.flows().items() if f["external"])
+        inputs = sorted(n for n, f in flows.items() if f["external"])
     finally:
         catalog.close()
     return {"home": home.root, "stages": stages, "connectors": connectors,

@@ -51,13 +51,12 @@ def referenced_increment(home: Home, paths: Sequence[str | os.PathLike[str]],
         if info.type != pafs.FileType.File:
             raise IngestError(f"no such file: {uri}")
         try:
-            pf = pq.ParquetFile(path, filesystem=filesystem)
-            file_schema = pf.schema_arrow
+            meta = pq.read_metadata(path, filesystem=filesystem)
         except (pa.ArrowException, OSError) as e:
             raise IngestError(f"{uri}: not a readable Parquet file ({e})") from None
-        _check_schema(uri, file_schema, schema, flow)
+        _check_schema(uri, meta.schema.to_arrow_schema(), schema, flow)
         uris.append(uri)
-        records += pf.metadata.num_rows
+        records += meta.num_rows
         size += info.size
     return Increment(tuple(uris), records, size)
 
