@@ -4,6 +4,7 @@ Errors strata reports (bad input, a failed epoch, a missing home) are printed as
 clean message on stderr with exit code 1; a home held by another controller exits with 75.
 """
 
+from strata.cli import inspection  # noqa: F401  (registers status, show and export on app)
 from strata.cli.commands import app
 from strata.cli.series import app as series_app
 from strata.cli.windows import app as window_app

@@ -1,8 +1,10 @@
-"""The verbs of the ``strata`` command: each parses its options, calls the controller,
-the inspection functions or the query layer, and prints through :mod:`strata.cli.output`.
+"""The ``strata`` command and its verbs that change or draw a home: ``run``, ``ingest``,
+``query`` and ``graph`` (``status``, ``show`` and ``export`` are in
+:mod:`strata.cli.inspection`). Each parses its options, calls the controller or the query
+layer, and prints through :mod:`strata.cli.output`.
 
-Only ``strata run`` starts Spark; ``ingest``, ``status``, ``show``, ``query`` and
-``graph`` read the home's catalog and files directly.
+Only ``strata run`` starts Spark; ``ingest``, ``query`` and ``graph`` read the home's
+catalog and files directly.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from strata.cli import output
+from strata.cli.options import (
+    FileFormatOption,
+    HomeOption,
+    JsonOption,
+    PipelineArg,
+    catalog_of,
+    existing_home,
+    home_path,
+)
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
 from strata.storage.home import Home
@@ -38,44 +48,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode="markdown",
 )
-
-HomeOption = Annotated[
-    Path,
-    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True, file_okay=False,
-                 help="The strata home directory (catalog, state, flows)."),
-]
-PipelineArg = Annotated[
-    str,
-    typer.Argument(metavar="PIPELINE", show_default=False,
-                   help="The dataflow: a FILE.py or a MODULE, optionally :ATTR (a Dataflow or "
-                        "a function returning one); by default the `dataflow` attribute, the "
-                        "only Dataflow, or `build_dataflow()`."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (no tables).")]
-RecordsFormatOption = Annotated[Literal["table", "jsonl"], typer.Option(
-    "--format", help="A table, or one JSON record per line.")]
-LimitOption = Annotated[int | None, typer.Option(
-    min=0, help="Show at most N records (default: all for jsonl, 50 for a table).")]
-FileFormatOption = Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Option(
-    "--format", help="File format (default: from each file's extension).")]
-
-
-def _home_path(home: Path) -> str:
-    return str(home.expanduser().resolve())
-
-
-def _existing_home(home: Path) -> str:
-    from strata.controller.inspection import open_home
-
-    return open_home(_home_path(home)).root
-
-
-def _catalog(home: str):
-    from strata.storage.catalog import Catalog
-
-    return Catalog(Home(home).catalog_path)
-
-
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -164,7 +136,7 @@ def run(
     from strata.pipeline import load_dataflow
 
     with output.reported(traceback):
-        path = _home_path(home)
+        path = home_path(home)
         for extra in py_files or ():  # the driver imports them too, as with spark-submit
             folder = extra if extra.is_dir() or extra.suffix in (".zip", ".egg") else extra.parent
             sys.path.insert(0, str(folder.resolve()))
@@ -327,7 +299,7 @@ def ingest(
     from strata.storage.catalog import IncrementKind
 
     with output.reported():
-        path = _existing_home(home)
+        path = existing_home(home)
         given = [x for x in (paths, from_table, sql) if x]
         if len(given) != 1:
             raise StrataError("give files to ingest, or one of --from-table TABLE and --sql "
@@ -341,7 +313,7 @@ def ingest(
         else:
             n = _ingest_from_spark(path, flow, from_table, sql, master, remote, end_frame)
         paths = paths or []
-        with _catalog(path) as catalog:
+        with catalog_of(path) as catalog:
             records = next((s.increment.records for s in catalog.flow_increments(flow)
                             if s.kind is IncrementKind.INGEST and s.epoch == n), None)
             consumers = catalog.consumers(flow)
@@ -390,68 +362,6 @@ def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
     return ingest_dataframe(Home(home), flow, frame, end_frame=end_frame)
 
 
-# -- status ----------------------------------------------------------------------------
-@app.command()
-def status(home: HomeOption, json_out: JsonOption = False) -> None:
-    """Show the home: epochs and state size per stage, queued input per connector, and
-    the increments kept for each terminal flow."""
-    with output.reported():
-        from strata.controller.inspection import collect_status, open_home
-
-        info = collect_status(open_home(_home_path(home)))
-        if json_out:
-            typer.echo(output.dumps(info))
-            return
-        console = output.out()
-        console.print(f"strata home [bold]{escape(info['home'])}[/]")
-        t = Table(title="stages", title_justify="left")
-        for col in ("stage", "kind", "epochs", "state", "partitions", "last run"):
-            t.add_column(col, justify="right" if col in ("epochs", "state", "partitions")
-                         else "left")
-        for s in info["stages"]:
-            kind = " ".join(x for x in (s["kind"], s["mode"] and f"({s['mode']})") if x)
-            t.add_row(s["stage"], kind or "—", str(s["epochs"]), output.size(s["state_bytes"]),
-                      str(s["partitions"] or "—"), output.when(s["last_run"]))
-        console.print(t)
-        for s in info["stages"]:
-            if s["summary"]:
-                console.print(Text(f"{s['stage']}: {s['summary']}"))
-        t = Table(title="queued input (per flow and consuming stage)", title_justify="left")
-        for col in ("flow", "consumer", "increments", "records", "not yet framed",
-                    "open frame"):
-            t.add_column(col, justify="left" if col in ("flow", "consumer") else "right")
-        for c in info["connectors"]:
-            t.add_row(c["flow"], c["consumer"], str(c["queued"]), f"{c['queued_records']:,}",
-                      str(c["unframed"]), f"{c['open_frame_records']:,} records"
-                      if c["open_frame_records"] else "—")
-        console.print(t)
-        if info["terminal_flows"]:
-            t = Table(title="terminal flows (increments kept)", title_justify="left")
-            for col in ("flow", "producer", "increments", "records", "size", "epochs"):
-                t.add_column(col, justify="left" if col in ("flow", "producer", "epochs")
-                             else "right")
-            for f in info["terminal_flows"]:
-                eps = f["epochs"]
-                span = "—" if not eps else (str(eps[0]) if len(eps) == 1
-                                            else f"{eps[0]}–{eps[-1]}")
-                t.add_row(f["flow"], f["producer"] or "—", str(f["increments"]),
-                          f"{f['records']:,}", output.size(f["bytes"]), span)
-            console.print(t)
-        if info["referenced_files"]:
-            t = Table(title="files ingested by reference, still to be read (keep them "
-                      "unchanged)", title_justify="left")
-            t.add_column("flow")
-            t.add_column("increment", justify="right")
-            t.add_column("file", overflow="fold")  # whole paths, wrapped if need be
-            for r in info["referenced_files"]:
-                t.add_row(r["flow"], str(r["increment"]), r["file"])
-            console.print(t)
-        for u in info["unfinished_epochs"]:
-            console.print(Text(f"unfinished epoch {u['epoch']} of {u['stage']} (interrupted "
-                               "by a crash, an error or Ctrl-C): the next `strata run` "
-                               "completes it", style="yellow"))
-
-
 # -- query -----------------------------------------------------------------------------
 @app.command()
 def query(
@@ -495,14 +405,14 @@ def query(
                    registered=not dry_run)
             return
 
-        root = _existing_home(home)
+        root = existing_home(home)
         keys: dict[str, list[str]] = {}
         for k in key or []:
             flow, _, cols = k.partition("=")
             if not flow or not cols:
                 raise StrataError(f"--key {k!r}: write FLOW=COL or FLOW=COL1,COL2")
             keys[flow] = cols.split(",")
-        with _catalog(root) as catalog:
+        with catalog_of(root) as catalog:
             flows = catalog.flows()
             registered = {r.name for r in catalog.registered_stages()}
             registered |= set(catalog.legacy_queries())
@@ -537,89 +447,6 @@ def query(
             if from_start:
                 console.print(f"it reads {backfilled} stored increment(s) first (an increment "
                               "every consumer has read is no longer stored)")
-
-
-# -- show ------------------------------------------------------------------------------
-@app.command()
-def show(
-    flow: Annotated[str, typer.Argument(
-        metavar="FLOW", show_default=False,
-        help="A flow name, a query's name for its current answer, or STAGE.state for a "
-             "stage's current state.")],
-    home: HomeOption,
-    epoch: Annotated[int | None, typer.Option(
-        help="The increment written in epoch N of the flow's producer (or ingest N).")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="All stored increments, oldest first.")
-                    ] = False,
-    fmt: RecordsFormatOption = "table",
-    limit: LimitOption = None,
-) -> None:
-    """Print the records of FLOW's newest stored increment (or --epoch N, or --all), a
-    query's current answer (FLOW = the query's name), or a stage's state (STAGE.state)."""
-    with output.reported():
-        if epoch is not None and all_:
-            raise StrataError("give either --epoch N or --all, not both")
-        from strata.controller.inspection import open_home, read_records_of
-
-        title, recs = read_records_of(open_home(_home_path(home)), flow, epoch, all_)
-        print_records(title, recs, fmt, limit)
-
-
-def print_records(title: str, recs: list[dict], fmt: str, limit: int | None) -> None:
-    """Records as a table (at most 50 unless ``limit``) or as JSON lines (``jsonl``)."""
-    if fmt == "jsonl":
-        out = sys.stdout
-        for rec in recs if limit is None else recs[:limit]:
-            out.write(output.dumps(rec) + "\n")
-        out.flush()
-        return
-    shown = recs[: 50 if limit is None else limit]
-    table = Table(title=f"{title}: {len(recs):,} record{'s' if len(recs) != 1 else ''}",
-                  title_justify="left")
-    columns: list[str] = []
-    for rec in shown:
-        columns += [c for c in rec if c not in columns]
-    for c in columns:
-        table.add_column(c, overflow="fold")
-    for rec in shown:
-        table.add_row(*[output.cell(rec.get(c)) for c in columns])
-    console = output.out()
-    console.print(table)
-    if len(recs) > len(shown):
-        console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
-
-
-@app.command()
-def export(
-    target: Annotated[str, typer.Argument(
-        metavar="FLOW", show_default=False,
-        help="A flow, a query's name (its current answer) or STAGE.state.")],
-    home: HomeOption,
-    out: Annotated[Path, typer.Option(
-        "--out", "-o", file_okay=False,
-        help="The directory to write (a Parquet table: Spark, DuckDB, pandas and Trino "
-             "read it).")],
-    epoch: Annotated[int | None, typer.Option(
-        help="Only the increment written in epoch N (or ingest N).")] = None,
-    all_: Annotated[bool, typer.Option(
-        "--all", help="All stored increments, with an _epoch column.")] = False,
-    json_out: JsonOption = False,
-) -> None:
-    """Write FLOW's newest increment (or --epoch N, --all), a query's answer or a stage's
-    state as a Parquet table for other tools."""
-    with output.reported():
-        if epoch is not None and all_:
-            raise StrataError("give either --epoch N or --all, not both")
-        from strata.controller.dataframes import export_parquet
-        from strata.controller.inspection import open_home, read_table_of
-
-        title, table = read_table_of(open_home(_home_path(home)), target, epoch, all_)
-        path = export_parquet(table, out)
-        if json_out:
-            typer.echo(output.dumps({"target": target, "what": title, "rows": table.num_rows,
-                                     "path": path}))
-            return
-        output.out().print(f"wrote {title} ({table.num_rows:,} rows) to {escape(path)}")
 
 
 @app.command()

@@ -11,16 +11,15 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.cli import output
-from strata.cli.commands import (
+from strata.cli.inspection import print_records, show
+from strata.cli.options import (
     FileFormatOption,
     HomeOption,
     JsonOption,
     LimitOption,
     RecordsFormatOption,
-    _catalog,
-    _existing_home,
-    print_records,
-    show,
+    catalog_of,
+    existing_home,
 )
 from strata.model.errors import StrataError
 from strata.storage.home import Home
@@ -75,7 +74,7 @@ def add(
     with output.reported():
         tables = _bindings(table)
         new = Series(name, sql, tables, period, plan, lateness)
-        with _catalog(_existing_home(home)) as catalog:
+        with catalog_of(existing_home(home)) as catalog:
             stream = registry.stream_of(new, list(catalog.flows()))
             programs = registry.registered(catalog)
             names = {s.name: p.stream for p in programs.values() for s in p.series}
@@ -105,7 +104,7 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
     from strata.series import registry
 
     with output.reported():
-        with _catalog(_existing_home(home)) as catalog:
+        with catalog_of(existing_home(home)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": s.name, "stream": p.stream, "period": s.period,
                  "lateness": s.lateness,
@@ -138,8 +137,8 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         from strata.series import series_stage_name
         from strata.storage.manifest import StateDir
 
-        root = _existing_home(home)
-        with _catalog(root) as catalog:
+        root = existing_home(home)
+        with catalog_of(root) as catalog:
             program, _ = registry.find(catalog, name)
         snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
         choice = (snap.state or {}).get("choices", {}).get(name)
@@ -174,7 +173,7 @@ def show_(
     from strata.series.answers import series_answer
 
     with output.reported():
-        n, table = series_answer(_existing_home(home), name, occurrence)
+        n, table = series_answer(existing_home(home), name, occurrence)
         print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit)
 
 
@@ -205,8 +204,8 @@ def correct(
     from strata.series.corrections import correction
 
     with output.reported():
-        root = _existing_home(home)
-        with _catalog(root) as catalog:
+        root = existing_home(home)
+        with catalog_of(root) as catalog:
             layout = Home(root)
             if bool(paths) == empty:
                 raise StrataError("give the segment's new rows as PATH..., or --empty "
@@ -236,7 +235,7 @@ def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
     from strata.series import registry
 
     with output.reported():
-        with _catalog(_existing_home(home)) as catalog:
+        with catalog_of(existing_home(home)) as catalog:
             program, _ = registry.find(catalog, name)
             registry.register(catalog, program.stream,
                               [s for s in program.series if s.name != name])
@@ -272,8 +271,8 @@ def query(
 
     with output.reported():
         tables = _bindings(table)
-        root = _existing_home(home)
-        with _catalog(root) as catalog:
+        root = existing_home(home)
+        with catalog_of(root) as catalog:
             stream = registry.stream_of(Series("ad hoc", sql, tables), list(catalog.flows()))
         spark = get_spark(master, remote=remote)
         answer, sources = ad_hoc(root, spark, stream, sql, tables, newest)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from strata.cli import output
-from strata.cli.commands import HomeOption, JsonOption, _catalog, _existing_home
+from strata.cli.options import HomeOption, JsonOption, catalog_of, existing_home
 from strata.model.errors import StrataError
 
 app = typer.Typer(
@@ -88,7 +88,7 @@ def register_sql(home: Path | str, name: str, sql: str, *, deadline: str | None 
     from strata.windows import Eviction, Shedding, from_sql, registry
     from strata.windows.panes import parse_duration
 
-    with _catalog(_existing_home(home)) as catalog:
+    with catalog_of(existing_home(home)) as catalog:
         query = from_sql(name, sql)
         flows = catalog.flows()
         if query.flow not in flows:
@@ -144,7 +144,7 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
     from strata.windows import registry
 
     with output.reported():
-        with _catalog(_existing_home(home)) as catalog:
+        with catalog_of(existing_home(home)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": n, "flow": p.plan.query.flow, "window": p.describe(),
                  "sql": p.plan.query.sql} for n, p in sorted(programs.items())]
@@ -178,7 +178,7 @@ def c2(
     from strata.windows.rows import scoreboard_flow, scoreboards
 
     with output.reported():
-        _, recs = read_records_of(open_home(_existing_home(home)), scoreboard_flow(name),
+        _, recs = read_records_of(open_home(existing_home(home)), scoreboard_flow(name),
                                   None, True)
         boards = scoreboards(recs)
         if not boards:
