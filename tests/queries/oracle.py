@@ -11,6 +11,8 @@ from decimal import Decimal
 import duckdb
 import pandas as pd
 
+from tests.rows import Rows
+
 
 def net(records: list[dict], cols: list[str]) -> pd.DataFrame:
     """The bag the increments so far describe (multiplicities applied)."""
@@ -23,14 +25,19 @@ def net(records: list[dict], cols: list[str]) -> pd.DataFrame:
         {c: "Int64" for c in cols if c in ("x", "y", "id")})
 
 
-def normalized(rows) -> list[tuple]:
-    def cell(v):
-        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-            return None
-        if isinstance(v, float | Decimal):  # a decimal (DuckDB's 1.5) compares as a number
-            return round(float(v), 6)
-        return int(v) if hasattr(v, "__int__") and not isinstance(v, str) else v
-    return sorted((tuple(cell(v) for v in r) for r in rows), key=repr)
+def cell(v):
+    """A cell as the oracle compares it: NaN and NA are None, a decimal (DuckDB's 1.5)
+    a float, an integer type an int."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    if isinstance(v, float | Decimal):
+        return float(v)
+    return int(v) if hasattr(v, "__int__") and not isinstance(v, str) else v
+
+
+def normalized(rows) -> Rows:
+    """Rows as a multiset, floats equal within a tolerance (:mod:`tests.rows`)."""
+    return Rows(tuple(cell(v) for v in r) for r in rows)
 
 
 TABLES = {"R": ["x", "y"], "D": ["id", "name", "grp"], "P": ["x", "y"]}
@@ -70,7 +77,7 @@ def check_history(spark, home, df, history: list[dict[str, list[dict]]],
                                      f"got {got}, want {want}")
 
 
-def net_changes(changes: list[dict]) -> list[tuple]:
+def net_changes(changes: list[dict]) -> Rows:
     """The rows a changelog (answer columns and ``_mult``) leaves, normalized; each row's
     multiplicity must net to 0 or 1 (a row inserted twice shows here)."""
     bag: Counter = Counter()

@@ -15,8 +15,9 @@ from strata.queries import add_query
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.tables import COMPACT_FILES_PER_BUCKET
 from tests.helpers import epochs_in
-from tests.queries.oracle import duckdb_answer, normalized
+from tests.queries.oracle import cell, duckdb_answer, normalized
 from tests.queries.test_shapes import D_SCHEMA, P_SCHEMA, R_SCHEMA, SHAPES, SUMSQ, VECTORIZED
+from tests.rows import Rows
 
 # the shapes the general plan runs, and one whose keys Arrow leaves to Spark (doubles)
 GENERAL = {name: sql for name, (sql, _) in SHAPES.items()
@@ -43,13 +44,14 @@ def history() -> list[dict[str, list[dict]]]:
     return out
 
 
-def netted(changes: list[dict]) -> list[tuple]:
+def netted(changes: list[dict]) -> Rows:
     """A changelog's net effect: each row's multiplicities summed (a row retracted and
-    inserted again in one epoch is no change), rows netting to 0 dropped."""
+    inserted again in one epoch is no change), rows netting to 0 dropped; each row with
+    its multiplicity last."""
     bag: Counter = Counter()
     for r in changes:
-        bag[normalized([[v for k, v in r.items() if k != "_mult"]])[0]] += r["_mult"]
-    return sorted(((row, n) for row, n in bag.items() if n), key=repr)
+        bag[tuple(cell(v) for k, v in r.items() if k != "_mult")] += r["_mult"]
+    return Rows((*row, n) for row, n in bag.items() if n)
 
 
 def run(spark, home, where: str, modes: dict[str, list]) -> dict[str, list]:

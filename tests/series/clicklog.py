@@ -3,13 +3,13 @@ the series over it that the tests run, with DuckDB's answer of an occurrence."""
 
 from __future__ import annotations
 
-import math
 import random
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
+
+from tests.rows import Rows
 
 COLUMNS = {"A": "string", "B": "bigint", "C": "string", "D": "bigint", "E": "double"}
 SCHEMA = pa.schema([("A", pa.string()), ("B", pa.int64()), ("C", pa.string()),
@@ -77,11 +77,9 @@ def segment(rng: random.Random, n: int) -> pa.Table:
     }, schema=SCHEMA)
 
 
-def canon(rows: Sequence[Mapping]) -> Counter:
-    """Rows as a multiset, floats rounded."""
-    def value(v):
-        return round(v, 6) if isinstance(v, float) and not math.isnan(v) else v
-    return Counter(tuple(sorted((k, value(v)) for k, v in r.items())) for r in rows)
+def canon(rows: Iterable[Mapping]) -> Rows:
+    """Rows (dicts) as a multiset, floats equal within a tolerance (:mod:`tests.rows`)."""
+    return Rows(tuple(x for kv in sorted(r.items()) for x in kv) for r in rows)
 
 
 def duckdb_answer(sql: str, window: Mapping[str, range], segments: Sequence[pa.Table]

@@ -14,6 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.rows import Rows
+
 DDL = "ts bigint, host string, url string, bytes bigint, user string"
 SCHEMA = pa.schema([("ts", pa.int64()), ("host", pa.string()), ("url", pa.string()),
                     ("bytes", pa.int64()), ("user", pa.string())])
@@ -107,9 +109,9 @@ def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
         if not len(want):
             assert not got, (w, got)
         outputs = list(want.columns) if len(want) else []
-        got_rows = sorted(tuple(_norm(r[o]) for o in outputs) for r in got) if outputs \
+        got_rows = Rows(tuple(_norm(r[o]) for o in outputs) for r in got) if outputs \
             else []
-        want_rows = sorted(tuple(_norm(v) for v in row) for row in want.itertuples(
+        want_rows = Rows(tuple(_norm(v) for v in row) for row in want.itertuples(
             index=False)) if outputs else []
         assert got_rows == want_rows, (w, got_rows, want_rows)
         checked += 1
@@ -117,6 +119,4 @@ def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
 
 
 def _norm(v):
-    if isinstance(v, float):
-        return round(v, 6)
     return int(v) if hasattr(v, "item") and isinstance(v.item(), int) else v
