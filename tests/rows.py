@@ -34,9 +34,9 @@ def same_cell(a: object, b: object) -> bool:
         return a == b
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    if math.isnan(a) or math.isnan(b):  # type: ignore[arg-type]
-        return math.isnan(a) and math.isnan(b)  # type: ignore[arg-type]
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)  # type: ignore[arg-type]
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
 
 
 class Rows(list):
@@ -59,4 +59,4 @@ class Rows(list):
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
