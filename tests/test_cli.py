@@ -24,6 +24,7 @@ from strata.cli import app
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
 from strata.pipeline import load_dataflow, module_name_for, split_spec
+from tests.helpers import epochs_in
 
 HERE = Path(__file__).parent
 URLCOUNT = HERE / "pipelines" / "urlcount_pipeline.py"
@@ -239,6 +240,32 @@ def test_translate_error_is_a_clean_message(spark, tmp_path):
     assert "in explode" in result.stderr and 'raise ValueError("cannot count boom")' in (
         result.stderr)
     assert "recovered" not in result.output
+
+
+def test_a_spark_failure_is_one_line_and_traceback_adds_spark_s_context(spark, tmp_path):
+    """Bad data that fails inside Spark (a division by zero in a query run as Spark tasks):
+    the message names the stage and epoch with Spark's one-line cause; ``--traceback``
+    adds the rest of Spark's message, without the JVM's stack."""
+    pipeline = write(tmp_path / "ratio_pipe.py", """
+        from strata import Dataflow
+        from strata.queries import add_query
+
+        dataflow = Dataflow("ratio")
+        dataflow.source("R", "k bigint, v bigint, _mult bigint")
+        add_query(dataflow, "ratio", "SELECT k, sum(v) / sum(k - k) AS r FROM R GROUP BY k")
+    """)
+    home = tmp_path / "home"
+    ok("run", pipeline, "--home", home)
+    ok("ingest", "--home", home, "R", write(tmp_path / "in.jsonl", '{"k": 1, "v": 2, "_mult": 1}'))
+    with epochs_in(spark, "tasks"):
+        short = invoke("run", pipeline, "--home", home)
+        long = invoke("run", pipeline, "--home", home, "--traceback")
+    assert short.exit_code == long.exit_code == 1
+    assert "stage 'ratio', epoch 1" in short.stderr
+    assert "cause: [DIVIDE_BY_ZERO]" in short.stderr and "strata run --traceback" in short.stderr
+    context = long.stderr.split("epoch failed")[0]  # printed before the message
+    assert "DIVIDE_BY_ZERO" in context and "\tat org.apache" not in long.stderr
+    assert len(context.strip().splitlines()) > 1, context
 
 
 def test_readonly_commands_do_not_start_spark(urlcount_home, tmp_path):

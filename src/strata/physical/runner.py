@@ -212,9 +212,26 @@ class SparkStageRunner:
 
 
 def spark_failure(e: BaseException) -> str:
-    """What a Spark failure says, without the JVM's stack: the first ``[ERROR_CLASS]
-    message`` line (a division by zero, an overflow, a bad cast), else the Python
-    exception a worker raised, else the start of the text."""
+    """The cause of an epoch's Spark failure: Spark's whole message without the JVM's
+    stack (the query context, such as the SQL fragment that divided by zero, which
+    ``strata run --traceback`` prints), ending with one line that says what failed:
+    the ``[ERROR_CLASS] message`` (a division by zero, an overflow, a bad cast), else the
+    Python exception a worker raised, else the start of the text."""
+    summary = _failure_summary(e)
+    if "\n" in summary.strip():  # a worker's Python traceback: already the whole story
+        return summary
+    context = "\n".join(line for line in str(e).splitlines()  # the summary goes last
+                        if not _JVM_FRAME.match(line) and line.strip() != summary).strip()
+    if not context or context == summary:
+        return summary
+    return f"{context[:_CONTEXT_CHARS]}\n{summary}"
+
+
+_JVM_FRAME = re.compile(r"^\s+(at [\w$.<>/]+\(|\.\.\. \d+ more)")
+_CONTEXT_CHARS = 6000
+
+
+def _failure_summary(e: BaseException) -> str:
     text = str(e)
     for line in text.splitlines():
         m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
