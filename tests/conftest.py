@@ -14,10 +14,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 @pytest.fixture(scope="session")
 def spark():
     from strata.physical.session import get_spark
-    from tests.helpers import INTERPRETED
 
     session = get_spark("local[2]", app_name="strata-tests", spark_driver_memory="2g")
-    for key, value in INTERPRETED.items():
-        session.conf.set(key, value)
     yield session
     session.stop()

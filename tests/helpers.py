@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,15 +15,6 @@ from strata.queries.arrow_step import CONF as ARROW
 from strata.storage.increments import Increment, write_table
 
 _seq = itertools.count()
-
-# Spark confs of the test session (the ``spark`` fixture): expressions evaluated
-# interpreted. Over the tests' few rows, compiling each new plan's
-# generated code costs more than running it: the shapes test takes 0.7× its time with
-# code generation (measured on the 2-core machine, 28 Nov). STRATA_TEST_CODEGEN=1 keeps
-# Spark's default, code generation, which the tests' subprocesses (the CLI, the kill -9
-# workers, the cluster) and the benchmarks always use.
-INTERPRETED = {} if os.environ.get("STRATA_TEST_CODEGEN") == "1" else {
-    "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 def increment(home: str | Path, flow: Flow, records: list[dict]) -> Increment:
