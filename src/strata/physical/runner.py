@@ -217,22 +217,20 @@ def spark_failure(e: BaseException) -> str:
     ``strata run --traceback`` prints), ending with one line that says what failed:
     the ``[ERROR_CLASS] message`` (a division by zero, an overflow, a bad cast), else the
     Python exception a worker raised, else the start of the text."""
-    summary = _failure_summary(e)
+    text = str(e)
+    summary = _failure_summary(text)
     if "\n" in summary.strip():  # a worker's Python traceback: already the whole story
         return summary
-    context = "\n".join(line for line in str(e).splitlines()  # the summary goes last
+    context = "\n".join(line for line in text.splitlines()  # the summary goes last
                         if not _JVM_FRAME.match(line) and line.strip() != summary).strip()
-    if not context or context == summary:
-        return summary
-    return f"{context[:_CONTEXT_CHARS]}\n{summary}"
+    return f"{context[:_CONTEXT_CHARS]}\n{summary}" if context else summary
 
 
 _JVM_FRAME = re.compile(r"^\s+(at [\w$.<>/]+\(|\.\.\. \d+ more)")
 _CONTEXT_CHARS = 6000
 
 
-def _failure_summary(e: BaseException) -> str:
-    text = str(e)
+def _failure_summary(text: str) -> str:
     for line in text.splitlines():
         m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
         if m:
