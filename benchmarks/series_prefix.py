@@ -2,26 +2,48 @@
 
 Comet (He et al., SoCC 2010, §4) shuffles once on a shared key prefix — (A, B) serves a
 grouping on (A, B, E) and one on (A, B) — and aggregates both per partition. This
-script measures what that plan costs in Spark on one day of ``benchmarks/series.py``'s
-click log, for the two per-segment views of its series q1 (``count(*) WHERE E <= 3
-GROUP BY A, B, E``) and q2 (``count(*) GROUP BY A, B``), each written to Parquet:
+script measures what that costs in Spark on one day of ``benchmarks/series.py``'s click
+log, for two pairs of per-segment views, each written to Parquet:
 
-* ``separate``: each view its own plan (scan, map-side partial aggregation, exchange on
-  its own keys), as the series stage runs them;
+* ``market_query``: q1's view (``count(*) WHERE E <= 3 GROUP BY A, B, E``) and q2's
+  (``count(*) GROUP BY A, B``): few groups, so Spark's partial aggregation before an
+  exchange shrinks each task's rows a lot;
+* ``url_user``: ``count(*) GROUP BY C, D`` and ``sum(E) WHERE E > 1 GROUP BY D, C, A``:
+  nearly a group per row (URL and user), so it shrinks them little.
+
+The series stage's three plans run on both pairs (``strata.series.evaluate``):
+
+* ``strata_separate``: each view its own plan (scan, partial aggregation, exchange on
+  its own keys);
+* ``strata_shared``: the jumbo pass (one scan, one exchange on the view and its key);
+* ``strata_prefix``: the shared shuffle (one scan, one exchange hashing the shared keys,
+  both views aggregated above it).
+
+A strata plan's run includes what the occurrence that reads the views later pays: it
+reads them, and merges a jumbo pass's views per group — an exchange, since they are not
+partitioned by their keys — while separate views are stored co-located (bucketed by
+their keys) and merged where they lie. ``pass_shuffled`` and ``read_back_shuffled``
+split the shuffle. For ``market_query``, hand-built plans run too:
+
+* ``separate``: the two views as plain DataFrames;
 * ``prefix_exchange``: one DataFrame, ``repartition(n, A, B)`` of the scanned rows, both
-  aggregations above it (Spark needs no further exchange: hash partitioning on (A, B)
-  satisfies both groupings), the two results unioned into one write;
+  aggregations above it, the two results unioned into one write (Spark plans the
+  branches apart: two exchanges);
 * ``prefix_combined``: the same, with a map-side combine on (A, B, E) before the exchange
-  (a ``mapInArrow`` with pyarrow's group-by, since Spark does not aggregate partially
-  below an explicit repartition);
+  (a ``mapInArrow`` with pyarrow's group-by);
 * ``reordered``: operator reordering instead — q1's filter pulled above one shared
   ``count(*) GROUP BY A, B, E`` of every row (cached), q1's view its rows with
   ``E <= 3``, q2's its roll-up to (A, B): one scan, a wider first exchange and one more.
 
 Per plan: bytes read, shuffled and written (Spark's metrics, the median of ``--repeat``
 runs, which agree), seconds, and the scans and exchanges in Spark's executed plan (a
-``ReusedExchange`` is an exchange shared by both branches). Every plan's rows are
-checked equal to ``separate``'s (``answers_equal``).
+``ReusedExchange`` is an exchange shared by both branches). Every plan's views are
+checked equal to the first plan's of its kind (``answers_equal``). ``--quick`` (a smoke
+run on a small segment) runs the strata plans only, once each, without a warm-up. Per pair, the cost
+model's estimates (``strata.series.cost.scan_sharing``, each part scaled by κ as the
+stage does after an epoch that ran separate plans) pick a plan, checked against the
+cheapest measured (``cost_model_picks_the_cheapest``); ``delta_over_alpha`` is the
+measured ratio behind the model's δ.
 
     python benchmarks/series_prefix.py [--quick] --json PATH [--plot PATH.png]
 """
@@ -39,7 +61,31 @@ from common import emit, parser, save  # benchmarks/common.py (this script's fol
 from series import FULL, QUICK, segments
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANS = ("separate", "prefix_exchange", "prefix_combined", "reordered")
+HAND_BUILT = ("separate", "prefix_exchange", "prefix_combined", "reordered")
+STRATA = ("strata_separate", "strata_shared", "strata_prefix")
+# two views each: few groups (partial aggregation shrinks a task's rows a lot), and groups
+# nearly as many as rows (it shrinks them little)
+PAIRS = {
+    "market_query": ("SELECT A, B, E, count(*) AS n FROM log WHERE E <= 3 GROUP BY A, B, E",
+                     "SELECT A, B, count(*) AS n FROM log GROUP BY A, B"),
+    "url_user": ("SELECT C, D, count(*) AS n FROM log GROUP BY C, D",
+                 "SELECT D, C, A, sum(E) AS s FROM log WHERE E > 1 GROUP BY D, C, A"),
+}
+
+
+def views(pair: str):
+    """The pair's per-segment partial views, as the series stage plans them."""
+    from series import DDL
+
+    from strata.model.schema import parse_ddl, type_ddl
+    from strata.queries.sql import parse_sql
+    from strata.series.normalize import plan_series
+    from strata.series.windows import Schedule, Segments
+
+    columns = {f.name: type_ddl(f.type) for f in parse_ddl(DDL)}
+    schedule = Schedule({"log": Segments.parse("log[-1:0]")}, 1)
+    return [plan_series(parse_sql(sql, {"log": columns}), schedule, columns).view_list()[0]
+            for sql in PAIRS[pair]]
 
 
 def combine(batches):
@@ -57,11 +103,28 @@ def combine(batches):
                          "n1": g["q1_sum"]}).to_batches()
 
 
-def frames(spark, plan: str, path: str, partitions: int) -> list:
+def frames(spark, plan: str, path: str, partitions: int, pair: str = "market_query"
+           ) -> list:
     """The DataFrames ``plan`` writes (one per job)."""
     from pyspark.sql import functions as F
 
     seg = spark.read.parquet(path)
+    if plan in STRATA:  # the series stage's plans, as it runs them
+        from strata.series.evaluate import (
+            jumbo_partials,
+            prefix_group,
+            prefix_partials,
+            view_of_segment,
+        )
+
+        vs = views(pair)
+        if plan == "strata_separate":
+            return [view_of_segment(v, seg) for v in vs]
+        if plan == "strata_shared":
+            return [jumbo_partials(vs, seg)]
+        group, keys = prefix_group(vs)
+        assert group == [0, 1], group
+        return [prefix_partials(vs, seg, keys, partitions)]
     if plan == "separate":
         return [seg.where("E <= 3").groupBy("A", "B", "E").agg(F.count("*").alias("n")),
                 seg.groupBy("A", "B").agg(F.count("*").alias("n"))]
@@ -82,10 +145,10 @@ def frames(spark, plan: str, path: str, partitions: int) -> list:
                   "n"))]
 
 
-def shape(spark, plan: str, path: str, partitions: int) -> dict:
+def shape(spark, plan: str, path: str, partitions: int, pair: str) -> dict:
     """Scans and exchanges in the executed plans."""
     text = "\n".join(d._jdf.queryExecution().executedPlan().toString()
-                     for d in frames(spark, plan, path, partitions))
+                     for d in frames(spark, plan, path, partitions, pair))
     spark.catalog.clearCache()
     return {"scans": text.count("FileScan parquet"),
             "exchanges": text.count("Exchange hashpartitioning") - text.count(
@@ -93,35 +156,117 @@ def shape(spark, plan: str, path: str, partitions: int) -> dict:
 
 
 def measure(spark, metrics, plan: str, path: str, out: Path, partitions: int,
-            repeat: int) -> dict:
+            repeat: int, pair: str, warm_up: bool = True) -> dict:
     runs = []
-    for r in range(repeat + 1):  # the first run warms the JVM up and is not counted
+    for r in range(1 - warm_up, repeat + 1):  # run 0 warms the JVM up, not counted
         t0 = time.perf_counter()
-        with metrics.measure(f"{plan}-{r}") as m:
-            for i, d in enumerate(frames(spark, plan, path, partitions)):
-                d.write.mode("overwrite").parquet(str(out / f"{plan}-{i}"))
+        with metrics.measure(f"{pair}-{plan}-{r}") as m:
+            for i, d in enumerate(frames(spark, plan, path, partitions, pair)):
+                d.write.mode("overwrite").partitionBy(
+                    *(["_b"] if plan in STRATA[1:] else [])).parquet(
+                    str(out / f"{pair}-{plan}-{i}"))
+
         spark.catalog.clearCache()  # each run computes what it caches again
+        with metrics.measure(f"{pair}-{plan}-{r}-read-back") as back:
+            if plan in STRATA:
+                read_back(spark, plan, out, pair)
         if r:
-            runs.append({"seconds": time.perf_counter() - t0, "read": m.input_bytes,
-                         "shuffled": m.shuffle_write_bytes, "written": m.output_bytes})
+            runs.append({"seconds": time.perf_counter() - t0,
+                         "read": m.input_bytes + back.input_bytes,
+                         "shuffled": m.shuffle_write_bytes + back.shuffle_write_bytes,
+                         "written": m.output_bytes,
+                         "pass_shuffled": m.shuffle_write_bytes,
+                         "read_back_shuffled": back.shuffle_write_bytes})
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     med["io"] = med["read"] + med["shuffled"] + med["written"]
     med["seconds"] = round(med["seconds"], 3)
-    return {**med, **shape(spark, plan, path, partitions)}
+    return {**med, **shape(spark, plan, path, partitions, pair)}
 
 
-def answers(spark, plan: str, out: Path) -> dict[str, list]:
-    """Each view's rows as ``plan`` wrote them, sorted."""
+def read_back(spark, plan: str, out: Path, pair: str) -> None:
+    """What the occurrence that reads the views later pays: it reads them, and merges a
+    jumbo pass's views per group (an exchange of their rows on their keys, which they are
+    not partitioned by), while the stage stores separate views co-located (bucketed by
+    their keys) and merges them where they lie (here: read only)."""
+    from strata.series.evaluate import group_plan, jumbo_branch, merge_partials
+
+    if plan == "strata_separate":
+        for i in (0, 1):
+            spark.read.parquet(str(out / f"{pair}-{plan}-{i}")).write.format("noop").mode(
+                "overwrite").save()
+        return
+    for i, v in enumerate(views(pair)):
+        stored = spark.read.parquet(str(out / f"{pair}-{plan}-0" / f"_b={i}"))
+        merged = merge_partials(group_plan(v.node, v.monoids), jumbo_branch(v, i, stored))
+        merged.write.format("noop").mode("overwrite").save()
+
+
+def answers(spark, plan: str, out: Path, pair: str) -> dict[str, list]:
+    """Each view's rows as ``plan`` wrote them, sorted: the hand-built plans' counts, or
+    the strata plans' views as the stage reads them back (key struct, monoid parts)."""
     from pyspark.sql import functions as F
 
+    if plan in STRATA:
+        from strata.series.evaluate import jumbo_branch
+
+        if plan == "strata_separate":
+            got = [spark.read.parquet(str(out / f"{pair}-{plan}-{i}")) for i in (0, 1)]
+        else:
+            got = [jumbo_branch(v, i, spark.read.parquet(str(out / f"{pair}-{plan}-0" /
+                                                             f"_b={i}")))
+                   for i, v in enumerate(views(pair))]
+        return {f"v{i}": sorted(map(repr, d.select(F.to_json(F.struct("*"))).collect()))
+                for i, d in enumerate(got)}
     if plan in ("separate", "reordered"):
-        q1, q2 = (spark.read.parquet(str(out / f"{plan}-{i}")) for i in (0, 1))
+        q1, q2 = (spark.read.parquet(str(out / f"{pair}-{plan}-{i}")) for i in (0, 1))
     else:
-        both = spark.read.parquet(str(out / f"{plan}-0"))
+        both = spark.read.parquet(str(out / f"{pair}-{plan}-0"))
         q1 = both.where("_v = 1").select("A", "B", "E", "n")
         q2 = both.where("_v = 2").select("A", "B", "n")
     return {"q1": sorted(map(tuple, q1.orderBy(*q1.columns).collect())),
             "q2": sorted(map(tuple, q2.orderBy(F.col("A"), F.col("B")).collect()))}
+
+
+def cost_model(pair: str, path: str, out: Path, plans: dict) -> dict:
+    """δ as measured (bytes the prefix pass shuffled per compressed byte of the columns
+    it exchanges), and the cost model's choice among the stage's three scan plans, with
+    its estimates' errors against their measured I/O."""
+    from strata.series.cost import (
+        Estimate,
+        epoch_estimates,
+        learned,
+        scan_sharing,
+        view_columns,
+    )
+    from strata.series.evaluate import prefix_group
+    from strata.series.stored import column_bytes
+    from strata.storage.increments import Increment
+
+    vs = views(pair)
+    columns = column_bytes(Increment((path,)))
+    exchanged = sum(columns[c] for c in set().union(*map(view_columns, vs)))
+    sizes = {v.fingerprint: sum(f.stat().st_size for f in (
+        out / f"{pair}-strata_separate-{i}").rglob("*.parquet")) for i, v in enumerate(vs)}
+    group, keys = prefix_group(vs)
+    _, raw = scan_sharing(vs, columns, sizes, group=group, shared=keys)
+    # as the stage does after an epoch that ran separate plans: each part of every
+    # estimate scaled by that epoch's measured over estimated bytes (κ)
+    kappa = learned({}, raw["separate"], {p: plans["strata_separate"][p]
+                                          for p in ("read", "shuffled", "written")})
+    est = epoch_estimates(raw, Estimate(0.0, 0.0, 0.0), kappa)
+    choice = min(est, key=lambda p: est[p]["io"])
+    ran = {p: plans[f"strata_{p}"]["io"] for p in ("separate", "shared", "prefix")}
+    cheapest = min(ran, key=ran.__getitem__)
+    alpha = plans["strata_separate"]["shuffled"] / sum(sizes.values())
+    delta = plans["strata_prefix"]["pass_shuffled"] / exchanged
+    return {
+        "alpha_measured": round(alpha, 3), "delta_measured": round(delta, 3),
+        "delta_over_alpha": round(delta / alpha, 3),
+        "kappa": {p: round(k, 3) for p, k in kappa.items()},
+        "choice": choice, "cheapest_measured": cheapest,
+        "regret": round(ran[choice] / ran[cheapest] - 1, 3),
+        "estimated_over_measured_io": {p: round(est[p]["io"] / ran[p], 3) for p in ran},
+    }
 
 
 def plot(result: dict, path: str) -> None:
@@ -130,23 +275,31 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plans = list(result["plans"])
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    bottom = [0.0] * len(plans)
-    for part in ("read", "shuffled", "written"):
-        vals = [result["plans"][p][part] / 1e6 for p in plans]
-        ax.bar(plans, vals, bottom=bottom, label=part)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax.set_ylabel("MB (Spark's metrics)")
-    ax.set_title("q1 and q2 views of one segment: own exchanges, one on (A, B), reordered")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(result["pairs"]), figsize=(11, 3.8),
+                             gridspec_kw={"width_ratios": [len(r["plans"]) for r in
+                                                           result["pairs"].values()]})
+    for ax, (pair, res) in zip(axes, result["pairs"].items(), strict=True):
+        plans = list(res["plans"])
+        bottom = [0.0] * len(plans)
+        for part in ("read", "shuffled", "written"):
+            vals = [res["plans"][p][part] / 1e6 for p in plans]
+            ax.bar(plans, vals, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        ax.set_title(f"{pair}: the cost model chose {res['cost_model']['choice']}",
+                     fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    axes[0].set_ylabel("MB (Spark's metrics)")
+    axes[0].legend()
+    fig.suptitle("two views of one segment: their own exchanges, or shared ones")
     save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, seed=11, partitions=4, master="local[2]")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="measured runs per plan after a warm-up (3; 1 with --quick)")
     args = ap.parse_args(argv)
+    args.repeat = args.repeat or (1 if args.quick else 3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, str(ROOT / "src"))
     from strata.observability.spark_metrics import SparkMetrics
@@ -160,20 +313,31 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="strata-bench-series-prefix-"))
     load0 = os.getloadavg()[0]
     [path] = segments(cfg, tmp, args.seed)["parquet"]  # the Parquet segment of one day
-    plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat)
-             for p in PLANS}
-    expected = answers(spark, "separate", tmp)
-    same = all(answers(spark, p, tmp) == expected for p in PLANS[1:])
-    sep = plans["separate"]
-    summary = {f"{p}_{k}_over_separate": {"value": round(plans[p][k] / sep[k], 3),
-                                          "target": None, "met": None}
-               for p in PLANS[1:] for k in ("shuffled", "io")}
+    pairs, summary = {}, {}
+    for pair in PAIRS:  # --quick: the strata plans only, one measured run each
+        names = (HAND_BUILT if pair == "market_query" and not args.quick else ()) + STRATA
+        plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat, pair,
+                            warm_up=not args.quick) for p in names}
+        same = all(answers(spark, p, tmp, pair) == answers(spark, group[0], tmp, pair)
+                   for group in (HAND_BUILT, STRATA) for p in group if p in names)
+        pairs[pair] = {"sql": PAIRS[pair], "plans": plans, "answers_equal": same,
+                       "cost_model": cost_model(pair, path, tmp, plans)}
+        for p in names:  # each plan over the separate plans of its kind
+            base = "strata_separate" if p in STRATA else "separate"
+            summary |= {f"{pair}_{p}_{k}_over_separate": {
+                "value": round(plans[p][k] / plans[base][k], 3), "target": None,
+                "met": None} for k in ("shuffled", "io") if p != base}
+    same = all(r["answers_equal"] for r in pairs.values())
     summary["answers_equal"] = {"value": same, "target": True, "met": same}
+    agree = all(r["cost_model"]["choice"] == r["cost_model"]["cheapest_measured"]
+                for r in pairs.values())
+    summary["cost_model_picks_the_cheapest"] = {"value": agree, "target": True, "met": agree}
     result = {"machine": "2 cores, local[2]",
               "command": "benchmarks/series_prefix.py " + " ".join(argv or sys.argv[1:]),
               "config": {**cfg, "partitions": args.partitions, "repeat": args.repeat},
               "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
-              "plans": plans, "summary": summary}
+              "pairs": pairs, "summary": summary,
+              "not_run": {p: "skipped by --quick" for p in HAND_BUILT} if args.quick else {}}
     emit(result, args.json, args.plot, plot)
     return 0
 

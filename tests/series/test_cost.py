@@ -19,9 +19,16 @@ from strata.series.cost import (
     epoch_estimates,
     learned,
     measured,
+    scan_plan,
     scan_sharing,
     view_columns,
     view_fields,
+)
+from strata.series.evaluate import (
+    jumbo_branch,
+    prefix_group,
+    prefix_partials,
+    view_of_segment,
 )
 from strata.series.normalize import plan_series
 from strata.series.windows import Schedule, Segments
@@ -80,12 +87,67 @@ def test_a_shared_scan_pays_when_it_saves_more_scan_than_it_widens_the_shuffle()
     assert est["separate"] == {"read": 30_000, "shuffled": 200, "written": 200,
                                "io": 30_400}
     assert est["shared"] == {"read": 18_000, "shuffled": 667, "written": 200, "io": 18_867}
-    assert shared
+    assert shared == "shared" and set(est) == {"separate", "shared"}  # no key group given
     big = {a.fingerprint: 40_000.0, b.fingerprint: 40_000.0}  # views as big as the scans
     shared, est = scan_sharing([a, b], columns, big, alpha=1.0)
-    assert not shared and est["shared"]["io"] > est["separate"]["io"]
-    assert scan_sharing([a, b], columns, {a.fingerprint: 1.0}) == (False, {})  # no stats
-    assert scan_sharing([a], columns, {a.fingerprint: 1.0}) == (False, {})
+    assert shared == "separate" and est["shared"]["io"] > est["separate"]["io"]
+    assert scan_sharing([a, b], columns, {a.fingerprint: 1.0}) == ("separate", {})  # no stats
+    assert scan_sharing([a], columns, {a.fingerprint: 1.0}) == ("separate", {})
+
+
+def test_views_sharing_a_group_key_are_grouped_with_the_keys_they_all_share():
+    a, b, c, d = _views("SELECT A, B, C, count(*) AS n FROM log GROUP BY A, B, C",
+                        "SELECT B, A, sum(E) AS s FROM log WHERE E > 2.0 GROUP BY B, A",
+                        "SELECT D, count(*) AS n FROM log GROUP BY D",
+                        "SELECT upper(A) AS u, B, min(E) AS lo FROM log GROUP BY upper(A), B")
+    assert prefix_group([a, b, c, d]) == ([0, 1, 3], ["`B`"])  # B: the most shared key
+    assert prefix_group([a, b, c]) == ([0, 1], ["`A`", "`B`"])  # in the first view's order
+    assert prefix_group([c, d]) == ([], [])
+    assert prefix_group([a, d])[1] == ["`B`"]  # upper(A) is not A
+
+
+def test_a_prefix_exchange_pays_for_rows_once_instead_of_each_views_partial_groups():
+    a, b, c = _views("SELECT C, D, count(*) AS n FROM log GROUP BY C, D",
+                     "SELECT D, C, A, sum(E) AS s FROM log GROUP BY D, C, A",
+                     "SELECT A, count(*) AS n FROM log GROUP BY A")
+    columns = {"A": 1_000.0, "B": 1_000.0, "C": 10_000.0, "D": 10_000.0, "E": 10_000.0}
+    # a and b have nearly a group per row: their views are as big as their columns
+    sizes = {a.fingerprint: 20_000.0, b.fingerprint: 20_000.0, c.fingerprint: 10.0}
+    group, keys = prefix_group([a, b, c])
+    assert (group, keys) == ([0, 1], ["`C`", "`D`"])
+    plan, est = scan_sharing([a, b, c], columns, sizes, alpha=1.0, group=group,
+                             shared=keys, delta=0.5)
+    # c stays separate (reads A: 1,000); a and b read C, D, A, E once (31,000) and
+    # exchange those rows at δ = 0.5 per byte; each view is shuffled again when read
+    assert est["prefix"] == {"read": 32_000, "shuffled": 55_510, "written": 40_010,
+                             "io": 127_520}
+    assert est["separate"] == {"read": 52_000, "shuffled": 40_010, "written": 40_010,
+                               "io": 132_020}
+    assert plan == "prefix" and est["shared"]["io"] > est["prefix"]["io"]  # wide rows
+    plan, est = scan_sharing([a, b, c], columns, sizes, alpha=1.0, group=group,
+                             shared=keys, delta=1.0)  # rows cost twice as much
+    assert plan == "separate" and est["prefix"]["io"] > est["separate"]["io"]
+    small = {**sizes, a.fingerprint: 1_000.0, b.fingerprint: 1_000.0}  # few groups
+    assert scan_sharing([a, b, c], columns, small, alpha=1.0, group=group, shared=keys,
+                        delta=0.5)[0] == "shared"
+
+
+def test_a_prefix_pass_is_one_scan_and_one_exchange(spark, tmp_path):
+    views = _views("SELECT A, B, C, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, C",
+                   "SELECT B, A, sum(E) AS s, max(D) AS m FROM log GROUP BY B, A")
+    group, keys = prefix_group(views)
+    rows = segment(random.Random(2), 200)
+    pq.write_table(rows, tmp_path / "seg.parquet")
+    seg = spark.read.parquet(str(tmp_path / "seg.parquet"))
+    pass_ = prefix_partials(views, seg, keys, 3)
+    plan = pass_._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FileScan parquet") == 1 and plan.count("Exchange ") == 1, plan
+    assert "hashpartitioning(A" in plan and "hashpartitioning(B" not in plan, plan
+    # each view as a plan of its own computes it (same groups, same monoid parts)
+    for i, v in enumerate(views):
+        got = jumbo_branch(v, i, pass_.where(f"_b = {i}"))
+        want = view_of_segment(v, seg)
+        assert sorted(map(str, got.collect())) == sorted(map(str, want.collect()))
 
 
 def test_with_the_measured_shuffles_views_win_the_tumbling_week():
@@ -180,3 +242,14 @@ def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tm
             for n, _ in c.stored_increments(s.name):
                 want = duckdb_answer(s.sql, {"log": range(n - 1, n)}, segments)
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+
+
+def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
+    est = {"separate": {"io": 30}, "shared": {"io": 20}, "prefix": {"io": 25}}
+    assert scan_plan("auto", est, 3, True) == "shared"
+    assert scan_plan("auto", {}, 3, True) == "separate"  # no statistics yet
+    assert scan_plan("auto", est, 1, True) == "separate"  # nothing to share
+    assert scan_plan("prefix", est, 3, True) == "prefix"
+    assert scan_plan("prefix", est, 3, False) == "shared"  # no two views share a key
+    assert scan_plan(True, est, 3, True) == "shared"
+    assert scan_plan(False, est, 3, True) == "separate"

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from strata import Dataflow
+from strata.cli.series import _scan_lines
 from strata.controller import Controller
 from strata.model.errors import EpochError, StrataError
 from strata.series import Series, add_series, series_stage_name
@@ -154,3 +155,44 @@ def test_bad_data_in_a_window_names_the_series_and_commits_nothing(spark, tmp_pa
         assert "DIVIDE_BY_ZERO" in text
         assert c.runner.committed(c.dataflow.stages["log_series"]).epoch == 0
         assert not c.stored_increments("fine")  # no answer of the failed epoch
+
+
+def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_path):
+    """``shared_scan="prefix"``: the new segment's stored views that group by a shared key
+    (here A) are computed in one pass whose one exchange hashes A; the others (D) by
+    plans of their own. Every occurrence equals DuckDB's."""
+    rng = random.Random(5)
+    segments = [segment(rng, rng.choice([0, 40])) for _ in range(5)]
+    series = [
+        Series("abc", "SELECT A, B, C, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, C",
+               {"log": "log[-1:0]"}),
+        Series("ba", "SELECT B, A, sum(E) AS s, max(D) AS m FROM log WHERE A <> 'gb' "
+               "GROUP BY B, A", {"log": "log[-2:0]"}),
+        Series("d", "SELECT D, max(B) AS m FROM log GROUP BY D", {"log": "log[-1:0]"}),
+        Series("a", "SELECT A, min(E) AS lo FROM log WHERE C = 'x' GROUP BY A",
+               {"log": "log[-2:0]"}, 2),
+    ]
+    df = _dataflow(series, shared_scan="prefix")
+    program = df.stages[series_stage_name("log")].program
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for seg in segments:
+            _ingest(c, tmp_path, seg)
+        reports = c.run()
+        assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
+                for r in reports] == [("prefix", 3)] * 5  # abc, ba and a; d on its own
+        scan = c.runner.committed(df.stages[series_stage_name("log")]).state["scan"]
+        assert scan["plan"] == "prefix" and scan["forced"]
+        assert _scan_lines(scan)[0] == (
+            "scan of the last segment: 3 stored partial views in one pass exchanging rows "
+            "on their shared group key (set by the stage)")
+        for s in series:
+            plan = program.plans[s.name]
+            for n, _ in c.stored_increments(s.name):
+                want = duckdb_answer(s.sql, plan.schedule.window(n), segments)
+                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+
+
+def test_an_unknown_scan_plan_is_refused():
+    with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix' or 'auto'"):
+        _dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],
+                  shared_scan="sometimes")

@@ -419,12 +419,13 @@ def _scan_lines(scan: dict | None) -> list[str]:
     if not scan:
         return []
     lines = []
+    ran = scan.get("plan") or ("shared" if scan["shared"] else "separate")
     if scan.get("views", 0) >= 2:
-        how = "one jumbo pass" if scan["shared"] else "a plan per view"
+        how = {"shared": "one jumbo pass", "separate": "a plan per view",
+               "prefix": "one pass exchanging rows on their shared group key"}[ran]
         why = "set by the stage" if scan.get("forced") else "the cost model's choice"
         lines.append(f"scan of the last segment: {scan['views']} stored partial views in "
                      f"{how} ({why})")
-    ran = "shared" if scan["shared"] else "separate"
     rows = [(f"estimated, {plan}" + (" (ran)" if plan == ran else ""), est)
             for plan, est in sorted(scan.get("estimates", {}).items())]
     if scan.get("measured"):

@@ -30,9 +30,10 @@ Only partial views differ between the plans (rows views and joins cost the same 
 both). Without statistics yet, a series keeps views.
 
 **Sharing a scan** (:func:`scan_sharing`). The new segment's stored partial views are
-computed either each by its own plan (a pruned scan of its columns and an exchange of its
-partial groups) or together in one jumbo pass (one scan of every column any of them
-reads, one exchange). The jumbo pass saves scans but widens the exchange: each of its
+computed each by its own plan (a pruned scan of its columns and an exchange of its
+partial groups), together in one jumbo pass (one scan of every column any of them
+reads, one exchange), or, those that share a group key, in one pass exchanging rows on
+that key (Comet's shared shuffle). The jumbo pass saves scans but widens the exchange: each of its
 rows carries every view's key and parts, NULL but for its own view's (8 bytes each in
 Spark's row format). Per segment:
 
@@ -42,6 +43,12 @@ Spark's row format). Per segment:
   *v*'s shuffled rows (keys and parts) and ``F`` those of all views together. The last
   term: a jumbo pass's views are not bucketed by their keys, so the occurrence that
   reads one later shuffles it again (a co-located view is merged where it lies).
+* prefix: the views that group by a shared key (:func:`~strata.series.evaluate.
+  prefix_group`) in one pass whose exchange hashes that key and carries the rows
+  themselves, the others separate: ``C_g + Σ_{v∉g} C_v`` read, ``δ·C_g + α·Σ_v V_v``
+  shuffled, with ``C_g`` the bytes of the group's columns and ``δ`` the shuffled bytes
+  per such byte when rows cross an exchange (Spark combines no rows below an explicit
+  repartition). The group's views pay ``α·V`` when read, as the jumbo pass's do.
 
 All of it is plain arithmetic over plain data (no Spark).
 """
@@ -59,6 +66,9 @@ from strata.series.normalize import SeriesPlan, View
 
 VIEW_SHUFFLE = 0.4  # α: shuffled bytes per view byte, computing one segment's view
 RAW_SHUFFLE = 3.0  # β: shuffled bytes per view byte, aggregating raw segments at once
+# δ: shuffled bytes per compressed column byte when rows cross an exchange, on α's scale
+# (κ scales both alike): benchmarks/series_prefix.py measured δ/α = 1.35-1.51 (29 Nov)
+ROWS_SHUFFLE = VIEW_SHUFFLE * 1.43
 EWMA = 0.5  # weight of the newest segment in the statistics
 
 
@@ -167,26 +177,56 @@ def view_fields(view: View) -> int:
 
 
 def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
-                 view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE
-                 ) -> tuple[bool, dict[str, dict[str, float]]]:
-    """Whether to compute ``views`` (a segment's stored partial views) in one jumbo pass,
-    with the estimates of both plans (without statistics of every view: not shared, no
-    estimates)."""
+                 view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE,
+                 group: Sequence[int] = (), shared: Sequence[str] = (),
+                 delta: float = ROWS_SHUFFLE) -> tuple[str, dict[str, dict[str, float]]]:
+    """How to compute ``views`` (a segment's stored partial views) — ``separate``,
+    ``shared`` (one jumbo pass) or, when the views ``group`` (indices, at least two) all
+    group by the ``shared`` keys (SQL over the stream's columns), ``prefix`` (those in one
+    jumbo pass exchanging rows on the shared keys, the others separate) — with the
+    estimates of each plan. Without statistics of every view: ``separate``, no
+    estimates."""
     if len(views) < 2 or any(v.fingerprint not in view_bytes for v in views):
-        return False, {}
+        return "separate", {}
+
+    def scan(vs: Sequence[View]) -> float:  # one pruned scan of what ``vs`` read
+        return sum(column_bytes.get(c, 0.0) for c in set().union(*map(view_columns, vs)))
+
+    def separate(vs: Sequence[View]) -> Estimate:
+        return Estimate(sum(scan([v]) for v in vs),
+                        sum(alpha * view_bytes[v.fingerprint] for v in vs),
+                        sum(view_bytes[v.fingerprint] for v in vs))
+
     fields = {v.fingerprint: view_fields(v) for v in views}
     total = sum(fields.values()) + 1  # and the branch tag
-    written = sum(view_bytes[v.fingerprint] for v in views)
-    scans = [view_columns(v) for v in views]
-    separate = Estimate(
-        sum(sum(column_bytes.get(c, 0.0) for c in cols) for cols in scans),
-        sum(alpha * view_bytes[v.fingerprint] for v in views), written)
-    shared = Estimate(
-        sum(column_bytes.get(c, 0.0) for c in set().union(*scans)),
-        sum(alpha * (total / fields[v.fingerprint] + 1) * view_bytes[v.fingerprint]
-            for v in views), written)
-    return shared.io < separate.io, {"shared": shared.to_json(),
-                                     "separate": separate.to_json()}
+    plans = {"separate": separate(views),
+             # its views are not bucketed by their keys: shuffled again when read (α·V)
+             "shared": Estimate(scan(views), sum(
+                 alpha * (total / fields[v.fingerprint] + 1) * view_bytes[v.fingerprint]
+                 for v in views), separate(views).written)}
+    if len(group) >= 2 and shared:
+        inside = [views[i] for i in group]
+        rest = separate([v for i, v in enumerate(views) if i not in set(group)])
+        plans["prefix"] = Estimate(  # rows cross its exchange: δ per byte of their columns
+            scan(inside) + rest.read,
+            delta * scan(inside) + separate(inside).shuffled + rest.shuffled,
+            separate(views).written)
+    return min(plans, key=lambda p: plans[p].io), {p: e.to_json() for p, e in plans.items()}
+
+
+def scan_plan(setting: bool | str, estimates: Mapping[str, Mapping[str, float]],
+              views: int, hashable: bool) -> str:
+    """How the new segment's ``views`` stored partial views are computed: each by its
+    own plan (``separate``), in one jumbo pass (``shared``), or those that share a group
+    key in one pass whose exchange hashes it (``prefix``, the others separate;
+    ``hashable``: two of them share one). ``setting`` is the stage's ``shared_scan``:
+    ``"auto"`` takes the plan of least estimated I/O (``separate`` without estimates);
+    ``"prefix"`` where no two views share a key runs ``shared``."""
+    if views < 2 or not setting:
+        return "separate"
+    if setting == "auto":
+        return min(estimates, key=lambda p: estimates[p]["io"]) if estimates else "separate"
+    return "prefix" if setting == "prefix" and hashable else "shared"
 
 
 def occurrences_io(due: Mapping[str, SeriesPlan], newest: int,

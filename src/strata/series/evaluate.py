@@ -11,6 +11,8 @@ subplan share them; :func:`occurrence` puts it back.
 from __future__ import annotations
 
 import functools
+import operator
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import sqlglot
@@ -90,38 +92,125 @@ def jumbo_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     group-by on ``_b`` and the views' keys computes every view's monoid parts. Rows:
     ``_b``, ``k<i>`` (view *i*'s group key, NULL in other views' rows) and
     ``b<i>__<part>``; :func:`jumbo_branch` reads one view back from them."""
-    prefixes = sorted({v.prefix for v in views})
-    cols = segment.columns
-    base = segment.select(*[F.col(f"`{c}`").alias(p + c) for p in prefixes for c in cols],
-                          F.lit(1).cast("bigint").alias(MULT))
-    never = F.lit(False)
-    fields: list[list[tuple[str, Column]]] = []  # per view: its key and values over base
-    wheres: list[Column] = []
-    aggs: list[Column] = []
-    for i, v in enumerate(views):
-        node = v.node
-        assert isinstance(node, GroupBy)
-        where, defs = row_exprs(node.child)
-        keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
-            F.lit(0).alias("_t")]
-        parts = group_plan(node, v.monoids).parts
-        used = {c.name for p in parts for c in sqlglot.parse_one(p.lift, read="spark")
-                .find_all(exp.Column)}
-        defs = {c: sql for c, sql in defs.items() if c in used}  # only what the lifts read
-        fields.append([(f"k{i}", F.struct(*keys)),
-                       *[(f"b{i}__{c}", F.expr(sql)) for c, sql in defs.items()]])
-        wheres.append(F.expr(where) if where else F.lit(True))
-        renamed = {c: f"`b{i}__{c}`" for c in defs}
-        aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}") for p in parts]
-    branches = []
-    for i in range(len(views)):
-        row = [F.lit(i).alias("_b"), F.col(MULT)]
-        for j, group in enumerate(fields):  # other views' columns: NULLs of their types
-            row += [(c if j == i else F.when(never, c)).alias(n) for n, c in group]
-        branches.append(F.when(wheres[i], F.struct(*row)))
-    expanded = base.select(F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull())))
-    keys = [f"k{i}" for i in range(len(views))]
-    return expanded.groupBy("_b", *keys).agg(*aggs)
+    pass_ = _Expansion(views, segment)
+    expanded = pass_.base.select(pass_.expand())
+    return expanded.groupBy("_b", *pass_.keys).agg(*pass_.aggs)
+
+
+def prefix_group(views: Sequence[View]) -> tuple[list[int], list[str]]:
+    """The views one exchange can serve, and the group keys they share: those that group
+    by the key most of ``views`` group by (as Spark SQL over the stream's columns), and
+    every key they all group by, in the first one's key order. A hash partitioning on
+    these keys places each group of every such view in one partition. ``([], [])`` when no
+    two views share a key."""
+    keys = [[_over_stream(bind(to_sql(e), row_exprs(v.node.child)[1]), v.prefix)
+             for _, e in v.node.keys] for v in views]
+    counts = Counter(k for ks in keys for k in dict.fromkeys(ks))
+    if not counts or max(counts.values()) < 2:
+        return [], []
+    top = max(counts.values())
+    best = next(k for ks in keys for k in ks if counts[k] == top)
+    group = [i for i, ks in enumerate(keys) if best in ks]
+    common = set(keys[group[0]]).intersection(*[keys[i] for i in group[1:]])
+    return group, [k for k in dict.fromkeys(keys[group[0]]) if k in common]
+
+
+def prefix_partials(views: Sequence[View], segment: DataFrame, shared: Sequence[str],
+                    partitions: int) -> DataFrame:
+    """The jumbo pass with its exchange on the views' shared keys (``shared``, from
+    :func:`prefix_group`; Comet's shared shuffle on a key prefix): the segment's rows that
+    pass any view's filter are hashed once on those keys, then expanded per view and
+    aggregated where they lie, since a hash partitioning on a subset of a grouping's keys
+    already places each group in one partition. One scan and one exchange, of rows rather
+    than of each task's partial groups (Spark combines no rows below an explicit
+    repartition). Rows as :func:`jumbo_partials` gives them."""
+    if not shared:
+        raise QueryError("the views share no group key: no exchange can serve them all")
+    pass_ = _Expansion(views, segment)
+    prefix, columns = views[0].prefix, set(segment.columns)
+    hashed, added = [], {}  # a key that is a column is hashed as it is, others computed
+    for m, sql in enumerate(shared):
+        tree = sqlglot.parse_one(sql, read="spark")
+        if isinstance(tree, exp.Column) and tree.name in columns:
+            hashed.append(prefix + tree.name)
+        else:
+            hashed.append(f"_s{m}")
+            added[f"_s{m}"] = F.expr(_over_prefix(sql, prefix, columns))
+    base = pass_.base.select("*", *[c.alias(n) for n, c in added.items()])
+    base = base.where(functools.reduce(operator.or_, pass_.wheres))  # early filtering
+    expanded = base.repartition(partitions, *map(F.col, map(_quoted, hashed))).select(
+        *map(_quoted, hashed), pass_.expand())
+    grouped = expanded.groupBy("_b", *map(_quoted, hashed), *pass_.keys).agg(*pass_.aggs)
+    return grouped.select("_b", *pass_.keys, *map(_quoted, pass_.values))
+
+
+class _Expansion:
+    """What a jumbo pass computes over a segment: ``base`` (its columns under every
+    view's prefix and ``_mult``), per view its filter, its key struct and its values, and
+    the aggregates of every view's monoid parts."""
+
+    def __init__(self, views: Sequence[View], segment: DataFrame) -> None:
+        prefixes = sorted({v.prefix for v in views})
+        self.base = segment.select(
+            *[F.col(f"`{c}`").alias(p + c) for p in prefixes for c in segment.columns],
+            F.lit(1).cast("bigint").alias(MULT))
+        self.fields: list[list[tuple[str, Column]]] = []  # per view: its key and values
+        self.wheres: list[Column] = []
+        self.aggs: list[Column] = []
+        self.values: list[str] = []  # the aggregates' names
+        for i, v in enumerate(views):
+            node = v.node
+            assert isinstance(node, GroupBy)
+            where, defs = row_exprs(node.child)
+            keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
+                F.lit(0).alias("_t")]
+            parts = group_plan(node, v.monoids).parts
+            used = {c.name for p in parts for c in sqlglot.parse_one(p.lift, read="spark")
+                    .find_all(exp.Column)}
+            defs = {c: sql for c, sql in defs.items() if c in used}  # what the lifts read
+            self.fields.append([(f"k{i}", F.struct(*keys)),
+                                *[(f"b{i}__{c}", F.expr(sql)) for c, sql in defs.items()]])
+            self.wheres.append(F.expr(where) if where else F.lit(True))
+            renamed = {c: f"`b{i}__{c}`" for c in defs}
+            self.values += [f"b{i}__{p.name}" for p in parts]
+            self.aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}")
+                          for p in parts]
+        self.keys = [f"k{i}" for i in range(len(views))]
+
+    def expand(self) -> Column:
+        """Each row as one row per view whose filter it passes, tagged ``_b``: other
+        views' columns NULLs of their types."""
+        never = F.lit(False)
+        branches = []
+        for i in range(len(self.fields)):
+            row = [F.lit(i).alias("_b"), F.col(MULT)]
+            for j, group in enumerate(self.fields):
+                row += [(c if j == i else F.when(never, c)).alias(n) for n, c in group]
+            branches.append(F.when(self.wheres[i], F.struct(*row)))
+        return F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull()))
+
+
+def _quoted(name: str) -> str:
+    return f"`{name}`"
+
+
+def _over_stream(sql: str, prefix: str) -> str:
+    """``sql`` over a view's prefixed columns, rewritten over the stream's own names."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    while isinstance(tree, exp.Paren):
+        tree = tree.this
+    for c in tree.find_all(exp.Column):
+        c.set("this", exp.to_identifier(_strip(c.name, prefix), quoted=True))
+    return tree.sql(dialect="spark")
+
+
+def _over_prefix(sql: str, prefix: str, columns: set[str]) -> str:
+    """``sql`` over the stream's names, rewritten over ``prefix``-ed ``columns``."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    for c in tree.find_all(exp.Column):
+        if c.name in columns:
+            c.set("this", exp.to_identifier(prefix + c.name, quoted=True))
+    return tree.sql(dialect="spark")
 
 
 def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:

@@ -44,6 +44,7 @@ from strata.series.cost import (
     learned,
     measured,
     occurrences_io,
+    scan_plan,
     scan_sharing,
 )
 from strata.series.evaluate import (
@@ -51,6 +52,8 @@ from strata.series.evaluate import (
     jumbo_eligible,
     jumbo_partials,
     occurrence,
+    prefix_group,
+    prefix_partials,
     view_of_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
@@ -143,8 +146,9 @@ class SeriesProgram(StageProgram):
         self.series = tuple(series)
         # the jumbo pass: off by default, it pays only where filters are selective
         # (docs/series.md, "Measured"); "auto": the cost model decides per segment
-        if shared_scan not in (True, False, "auto"):
-            raise StrataError(f"shared_scan is True, False or 'auto', not {shared_scan!r}")
+        if shared_scan not in (True, False, "prefix", "auto"):
+            raise StrataError("shared_scan is True, False, 'prefix' or 'auto', not "
+                              f"{shared_scan!r}")
         self.shared_scan = shared_scan
         self._plans: dict[str, SeriesPlan] | None = None
         self._raw_plans: dict[str, SeriesPlan] | None = None
@@ -249,15 +253,16 @@ class SeriesProgram(StageProgram):
                          self._last_reader(*key), n)]
             kappa = learned(stats.get("kappa", {}), (ctx.committed.state or {}).get(
                 "estimate"), measured(ctx.committed.metrics))
+            group, hashed = prefix_group([wanted[k] for k in jumbo])
             _, scan_estimates = scan_sharing(
-                [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}))
+                [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}),
+                group=group, shared=hashed)
             answering = occurrences_io({s.name: self.active[s.name] for s in due}, n,
                                        stats.get("views", {}), stats.get("answers", {}))
             estimates = epoch_estimates(scan_estimates, answering, kappa)
-            share = bool(self.shared_scan) if self.shared_scan != "auto" else bool(
-                estimates) and estimates["shared"]["io"] < estimates["separate"]["io"]
-            jumbo = jumbo if len(jumbo) > 1 and share else []
-            ran = "shared" if jumbo else "separate"
+            ran = scan_plan(self.shared_scan, estimates, len(jumbo), len(group) >= 2)
+            jumbo = [] if ran == "separate" else [jumbo[i] for i in group] \
+                if ran == "prefix" else jumbo
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
                         for p in ("read", "shuffled", "written")} if scan_estimates else None
             fresh = self.plain_frames(ctx, segments, {k: v for k, v in wanted.items()
@@ -276,7 +281,9 @@ class SeriesProgram(StageProgram):
             if jumbo:
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
                     else spark.createDataFrame([], spark_schema(self.columns))
-                pass_ = jumbo_partials([wanted[k] for k in jumbo], segment)
+                pass_ = prefix_partials([wanted[k] for k in jumbo], segment, hashed,
+                                        ctx.num_partitions) if ran == "prefix" else \
+                    jumbo_partials([wanted[k] for k in jumbo], segment)
                 writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
@@ -307,7 +314,8 @@ class SeriesProgram(StageProgram):
         outputs = {name: increment_of(ctx.output_dir(name)) for name in answered}
         state = {**self.carried(ctx.committed.state, n), "segment": n,
                  "views": self._still_read(views, n), "choices": choices,
-                 "scan": {"shared": bool(jumbo), "views": len(jumbo) or len(keep),
+                 "scan": {"shared": bool(jumbo), "plan": ran,
+                          "views": len(jumbo) or len(keep),
                           "forced": self.shared_scan != "auto", "estimates": estimates},
                  "estimate": estimate,  # the model's, unscaled: κ learns from it
                  "stats": {**folded(stats, column_bytes(segments[n]),
@@ -315,6 +323,7 @@ class SeriesProgram(StageProgram):
                                     {name: o.bytes for name, o in outputs.items()}),
                            "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
+                   "scan_plan": ran,
                    "epoch_estimates": estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
