@@ -205,3 +205,22 @@ def test_records_are_what_their_schema_makes_them_in_every_mode(spark, tmp_path,
     assert got == expected == [{"k": "a", "m_type": "dict", "total_type": "float"}]
     assert runner.state_records(st) == ref.state_records(st) == [
         {"k": "a", "total": 4.0, "m": {1: 2, 2: 2}}]
+
+
+def test_a_long_spark_summary_is_the_last_line_of_the_cause_and_only_there():
+    """Spark's ``[ERROR_CLASS] message`` line ends the cause once, even when it is longer
+    than the 500 characters the cause keeps of it; JVM frames are dropped and the query
+    context stays."""
+    from strata.physical.runner import spark_failure
+
+    long = "x" * 700
+    text = (f"org.apache.spark.SparkArithmeticException: [DIVIDE_BY_ZERO] {long}\n"
+            "== SQL (line 1, position 8) ==\nSELECT a / 0\n       ^^^^^\n"
+            "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.divideByZero(X.scala:1)\n"
+            "\t... 12 more")
+    cause = spark_failure(RuntimeError(text))
+    lines = cause.splitlines()
+    assert lines[-1] == f"[DIVIDE_BY_ZERO] {long}"[:500]
+    assert sum("DIVIDE_BY_ZERO" in line for line in lines) == 1, cause
+    assert lines[:3] == ["== SQL (line 1, position 8) ==", "SELECT a / 0", "       ^^^^^"]
+    assert "\tat " not in cause and "more" not in cause

@@ -222,7 +222,8 @@ def spark_failure(e: BaseException) -> str:
     if "\n" in summary.strip():  # a worker's Python traceback: already the whole story
         return summary
     context = "\n".join(line for line in text.splitlines()  # the summary goes last
-                        if not _JVM_FRAME.match(line) and line.strip() != summary).strip()
+                        if not _JVM_FRAME.match(line) and _line_summary(line) != summary
+                        and line.strip() != summary).strip()
     return f"{context[:_CONTEXT_CHARS]}\n{summary}" if context else summary
 
 
@@ -230,11 +231,18 @@ _JVM_FRAME = re.compile(r"^\s+(at [\w$.<>/]+\(|\.\.\. \d+ more)")
 _CONTEXT_CHARS = 6000
 
 
+def _line_summary(line: str) -> str | None:
+    """The ``[ERROR_CLASS] message`` a line of Spark's message holds (its first 500
+    characters), if it holds one."""
+    m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
+    return f"[{m.group(1)}] {m.group(2).strip()}"[:500] if m else None
+
+
 def _failure_summary(text: str) -> str:
     for line in text.splitlines():
-        m = re.search(r"\[([A-Z][A-Z0-9_.]+)\]\s+(.*)", line)
-        if m:
-            return f"[{m.group(1)}] {m.group(2).strip()}"[:500]
+        summary = _line_summary(line)
+        if summary:
+            return summary
     for marker in ("PythonException:", "Exception:"):
         if marker in text:
             return text[text.index(marker):].strip()[:2000]
