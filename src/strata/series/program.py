@@ -9,7 +9,8 @@ stream until a correction takes an epoch of its own (:mod:`strata.series.correct
 :func:`~strata.series.stored.occurrence_epoch` maps occurrences to epochs). Per series,
 the cost model (:mod:`strata.series.cost`) may run the plan that reads the raw window
 again instead; with ``shared_scan`` (or by the cost model's choice, ``"auto"``) the new
-segment's stored partial views are computed in one jumbo pass.
+segment's stored partial views are computed in one jumbo pass, or those that share a
+group key in one pass with one exchange (``"prefix"``).
 
 The stage keeps the raw segments the longest window needs queued (runnability
 :class:`~strata.model.runnability.sliding`), so a series registered later, or switching
@@ -144,8 +145,9 @@ class SeriesProgram(StageProgram):
         self.stream = stream
         self.columns = dict(columns)  # the stream's columns -> Spark types
         self.series = tuple(series)
-        # the jumbo pass: off by default, it pays only where filters are selective
-        # (docs/series.md, "Measured"); "auto": the cost model decides per segment
+        # the jumbo pass (True) or the shared shuffle ("prefix"): off by default, they pay
+        # only where filters are selective or groups nearly rows (docs/series.md,
+        # "Measured"); "auto": the cost model decides per segment
         if shared_scan not in (True, False, "prefix", "auto"):
             raise StrataError("shared_scan is True, False, 'prefix' or 'auto', not "
                               f"{shared_scan!r}")
