@@ -132,17 +132,27 @@ def test_a_prefix_exchange_pays_for_rows_once_instead_of_each_views_partial_grou
                         delta=0.5)[0] == "shared"
 
 
-def test_a_prefix_pass_is_one_scan_and_one_exchange(spark, tmp_path):
-    views = _views("SELECT A, B, C, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, C",
-                   "SELECT B, A, sum(E) AS s, max(D) AS m FROM log GROUP BY B, A")
+@pytest.mark.parametrize("sqls, shared, hashed, not_hashed", [
+    (("SELECT A, B, C, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, C",
+      "SELECT B, A, sum(E) AS s, max(D) AS m FROM log GROUP BY B, A"), ["`A`", "`B`"],
+     "hashpartitioning(A", "hashpartitioning(B"),
+    # a shared key that is an expression is computed once, below the exchange
+    (("SELECT upper(A) AS u, count(*) AS n FROM log WHERE B > 1 GROUP BY upper(A)",
+      "SELECT C, upper(A) AS u, min(E) AS lo FROM log GROUP BY C, upper(A)"),
+     ["UPPER(`A`)"], "hashpartitioning(_s0", "hashpartitioning(C"),
+])
+def test_a_prefix_pass_is_one_scan_and_one_exchange(spark, tmp_path, sqls, shared, hashed,
+                                                    not_hashed):
+    views = _views(*sqls)
     group, keys = prefix_group(views)
+    assert (group, keys) == ([0, 1], shared)
     rows = segment(random.Random(2), 200)
     pq.write_table(rows, tmp_path / "seg.parquet")
     seg = spark.read.parquet(str(tmp_path / "seg.parquet"))
     pass_ = prefix_partials(views, seg, keys, 3)
     plan = pass_._jdf.queryExecution().executedPlan().toString()
     assert plan.count("FileScan parquet") == 1 and plan.count("Exchange ") == 1, plan
-    assert "hashpartitioning(A" in plan and "hashpartitioning(B" not in plan, plan
+    assert hashed in plan and not_hashed not in plan, plan
     # each view as a plan of its own computes it (same groups, same monoid parts)
     for i, v in enumerate(views):
         got = jumbo_branch(v, i, pass_.where(f"_b = {i}"))

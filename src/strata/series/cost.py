@@ -33,9 +33,9 @@ both). Without statistics yet, a series keeps views.
 computed each by its own plan (a pruned scan of its columns and an exchange of its
 partial groups), together in one jumbo pass (one scan of every column any of them
 reads, one exchange), or, those that share a group key, in one pass exchanging rows on
-that key (Comet's shared shuffle). The jumbo pass saves scans but widens the exchange: each of its
-rows carries every view's key and parts, NULL but for its own view's (8 bytes each in
-Spark's row format). Per segment:
+that key (Comet's shared shuffle). The jumbo pass saves scans but widens the exchange:
+each of its rows carries every view's key and parts, NULL but for its own view's (8
+bytes each in Spark's row format). Per segment:
 
 * separate: ``Σ_v (C_v + α·V_v + V_v)``;
 * shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v + α·V_v)`` with ``C_∪`` the bytes of the union
@@ -199,18 +199,19 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
 
     fields = {v.fingerprint: view_fields(v) for v in views}
     total = sum(fields.values()) + 1  # and the branch tag
-    plans = {"separate": separate(views),
+    alone = separate(views)
+    plans = {"separate": alone,
              # its views are not bucketed by their keys: shuffled again when read (α·V)
              "shared": Estimate(scan(views), sum(
                  alpha * (total / fields[v.fingerprint] + 1) * view_bytes[v.fingerprint]
-                 for v in views), separate(views).written)}
+                 for v in views), alone.written)}
     if len(group) >= 2 and shared:
-        inside = [views[i] for i in group]
+        inside = scan([views[i] for i in group])
         rest = separate([v for i, v in enumerate(views) if i not in set(group)])
-        plans["prefix"] = Estimate(  # rows cross its exchange: δ per byte of their columns
-            scan(inside) + rest.read,
-            delta * scan(inside) + separate(inside).shuffled + rest.shuffled,
-            separate(views).written)
+        # rows cross its exchange (δ per byte of their columns); every view is shuffled
+        # once, by its own plan or when read (α·V)
+        plans["prefix"] = Estimate(inside + rest.read, delta * inside + alone.shuffled,
+                                   alone.written)
     return min(plans, key=lambda p: plans[p].io), {p: e.to_json() for p, e in plans.items()}
 
 

@@ -135,7 +135,7 @@ def prefix_partials(views: Sequence[View], segment: DataFrame, shared: Sequence[
             hashed.append(prefix + tree.name)
         else:
             hashed.append(f"_s{m}")
-            added[f"_s{m}"] = F.expr(_over_prefix(sql, prefix, columns))
+            added[f"_s{m}"] = F.expr(bind(sql, {c: _quoted(prefix + c) for c in columns}))
     base = pass_.base.select("*", *[c.alias(n) for n, c in added.items()])
     base = base.where(functools.reduce(operator.or_, pass_.wheres))  # early filtering
     expanded = base.repartition(partitions, *map(F.col, map(_quoted, hashed))).select(
@@ -195,21 +195,16 @@ def _quoted(name: str) -> str:
 
 
 def _over_stream(sql: str, prefix: str) -> str:
-    """``sql`` over a view's prefixed columns, rewritten over the stream's own names."""
-    tree = sqlglot.parse_one(sql, read="spark")
+    """``sql`` over a view's prefixed columns, rewritten over the stream's own names,
+    without the parentheses :func:`bind` puts around a column (so that a key reads the
+    same whether or not a projection renamed its column)."""
+    tree = sqlglot.parse_one(sql, read="spark").transform(
+        lambda n: n.this if isinstance(n, exp.Paren) and isinstance(n.this, exp.Column)
+        else n)
     while isinstance(tree, exp.Paren):
         tree = tree.this
     for c in tree.find_all(exp.Column):
         c.set("this", exp.to_identifier(_strip(c.name, prefix), quoted=True))
-    return tree.sql(dialect="spark")
-
-
-def _over_prefix(sql: str, prefix: str, columns: set[str]) -> str:
-    """``sql`` over the stream's names, rewritten over ``prefix``-ed ``columns``."""
-    tree = sqlglot.parse_one(sql, read="spark")
-    for c in tree.find_all(exp.Column):
-        if c.name in columns:
-            c.set("this", exp.to_identifier(prefix + c.name, quoted=True))
     return tree.sql(dialect="spark")
 
 

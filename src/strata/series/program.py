@@ -255,10 +255,11 @@ class SeriesProgram(StageProgram):
                          self._last_reader(*key), n)]
             kappa = learned(stats.get("kappa", {}), (ctx.committed.state or {}).get(
                 "estimate"), measured(ctx.committed.metrics))
-            group, hashed = prefix_group([wanted[k] for k in jumbo])
-            _, scan_estimates = scan_sharing(
-                [wanted[k] for k in jumbo], stats.get("columns", {}), stats.get("views", {}),
-                group=group, shared=hashed)
+            candidates = [wanted[k] for k in jumbo]
+            group, hashed = prefix_group(candidates)
+            _, scan_estimates = scan_sharing(candidates, stats.get("columns", {}),
+                                             stats.get("views", {}), group=group,
+                                             shared=hashed)
             answering = occurrences_io({s.name: self.active[s.name] for s in due}, n,
                                        stats.get("views", {}), stats.get("answers", {}))
             estimates = epoch_estimates(scan_estimates, answering, kappa)
@@ -283,9 +284,9 @@ class SeriesProgram(StageProgram):
             if jumbo:
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
                     else spark.createDataFrame([], spark_schema(self.columns))
-                pass_ = prefix_partials([wanted[k] for k in jumbo], segment, hashed,
-                                        ctx.num_partitions) if ran == "prefix" else \
-                    jumbo_partials([wanted[k] for k in jumbo], segment)
+                passed = [wanted[k] for k in jumbo]
+                pass_ = prefix_partials(passed, segment, hashed, ctx.num_partitions) \
+                    if ran == "prefix" else jumbo_partials(passed, segment)
                 writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
