@@ -20,10 +20,11 @@ The series stage's three plans run on both pairs (``strata.series.evaluate``):
   both views aggregated above it).
 
 A strata plan's run includes what the occurrence that reads the views later pays: it
-reads them, and merges a jumbo pass's views per group — an exchange, since they are not
-partitioned by their keys — while separate views are stored co-located (bucketed by
-their keys) and merged where they lie. ``pass_shuffled`` and ``read_back_shuffled``
-split the shuffle. For ``market_query``, hand-built plans run too:
+reads them and merges them per group. Every plan stores its views co-located, as the
+stage does: separate views bucketed by their keys, and a pass's rows each in its view's
+bucket (``strata.queries.tables.write_bucketed``), read back as bucketed tables, so the
+merge shuffles nothing. ``pass_shuffled`` and ``read_back_shuffled`` split the shuffle.
+For ``market_query``, hand-built plans run too:
 
 * ``separate``: the two views as plain DataFrames;
 * ``prefix_exchange``: one DataFrame, ``repartition(n, A, B)`` of the scanned rows, both
@@ -51,6 +52,7 @@ measured ratio behind the model's δ.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -162,14 +164,12 @@ def measure(spark, metrics, plan: str, path: str, out: Path, partitions: int,
         t0 = time.perf_counter()
         with metrics.measure(f"{pair}-{plan}-{r}") as m:
             for i, d in enumerate(frames(spark, plan, path, partitions, pair)):
-                d.write.mode("overwrite").partitionBy(
-                    *(["_b"] if plan in STRATA[1:] else [])).parquet(
-                    str(out / f"{pair}-{plan}-{i}"))
+                write(spark, plan, d, out / f"{pair}-{plan}-{i}", partitions)
 
         spark.catalog.clearCache()  # each run computes what it caches again
         with metrics.measure(f"{pair}-{plan}-{r}-read-back") as back:
             if plan in STRATA:
-                read_back(spark, plan, out, pair)
+                read_back(spark, plan, out, pair, partitions)
         if r:
             runs.append({"seconds": time.perf_counter() - t0,
                          "read": m.input_bytes + back.input_bytes,
@@ -183,11 +183,25 @@ def measure(spark, metrics, plan: str, path: str, out: Path, partitions: int,
     return {**med, **shape(spark, plan, path, partitions, pair)}
 
 
-def read_back(spark, plan: str, out: Path, pair: str) -> None:
-    """What the occurrence that reads the views later pays: it reads them, and merges a
-    jumbo pass's views per group (an exchange of their rows on their keys, which they are
-    not partitioned by), while the stage stores separate views co-located (bucketed by
-    their keys) and merges them where they lie (here: read only)."""
+def write(spark, plan: str, d, path: Path, partitions: int) -> None:
+    """Write one DataFrame of ``plan``: a pass's rows each in its view's bucket, as the
+    stage writes them; the other plans' as they are."""
+    if plan not in STRATA[1:]:
+        d.write.mode("overwrite").parquet(str(path))
+        return
+    from strata.queries.tables import write_bucketed
+    from strata.series.stored import branch_buckets
+
+    shutil.rmtree(path, ignore_errors=True)
+    write_bucketed(spark, d, branch_buckets(2, partitions), str(path), partitions, "_b")
+
+
+def read_back(spark, plan: str, out: Path, pair: str, partitions: int) -> None:
+    """What the occurrence that reads the views later pays: it reads them and merges
+    them per group where they lie (separate views here: read only; a pass's views read
+    as the stage reads them, bucketed by their keys, and merged)."""
+    from strata.queries.frames import ddl_of
+    from strata.queries.tables import read_bucketed
     from strata.series.evaluate import group_plan, jumbo_branch, merge_partials
 
     if plan == "strata_separate":
@@ -196,7 +210,9 @@ def read_back(spark, plan: str, out: Path, pair: str) -> None:
                 "overwrite").save()
         return
     for i, v in enumerate(views(pair)):
-        stored = spark.read.parquet(str(out / f"{pair}-{plan}-0" / f"_b={i}"))
+        location = out / f"{pair}-{plan}-0" / f"_b={i}"
+        ddl = ddl_of(spark.read.parquet(str(location)).schema)
+        stored = read_bucketed(spark, str(location), ddl, [f"k{i}"], partitions)
         merged = merge_partials(group_plan(v.node, v.monoids), jumbo_branch(v, i, stored))
         merged.write.format("noop").mode("overwrite").save()
 

@@ -11,7 +11,9 @@ import pytest
 
 from strata import Dataflow
 from strata.controller import Controller
+from strata.queries.frames import ddl_of
 from strata.queries.sql import parse_sql
+from strata.queries.tables import bucket_of, read_bucketed, write_bucketed
 from strata.series import Series, add_series, series_stage_name
 from strata.series.cost import (
     Estimate,
@@ -25,12 +27,16 @@ from strata.series.cost import (
     view_fields,
 )
 from strata.series.evaluate import (
+    group_plan,
     jumbo_branch,
+    jumbo_partials,
+    merge_partials,
     prefix_group,
     prefix_partials,
     view_of_segment,
 )
 from strata.series.normalize import plan_series
+from strata.series.stored import branch_buckets, branch_entries, branch_rows
 from strata.series.windows import Schedule, Segments
 from tests.series.clicklog import COLUMNS, DDL, canon, duckdb_answer, segment
 
@@ -82,13 +88,13 @@ def test_a_shared_scan_pays_when_it_saves_more_scan_than_it_widens_the_shuffle()
     columns = {"A": 3_000.0, "B": 6_000.0, "E": 9_000.0}
     shared, est = scan_sharing([a, b], columns, {a.fingerprint: 100.0, b.fingerprint: 100.0},
                                alpha=1.0)
-    # separate reads A,E and A,B,E; shared reads A,B,E once, widens its exchange by 8/3
-    # and 8/4, and its views are shuffled again when read (not co-located)
+    # separate reads A,E and A,B,E; shared reads A,B,E once, and the other view's NULL
+    # fields widen its rows by ν·5/3 and ν·4/4, ν = 0.05 (its views are co-located too)
     assert est["separate"] == {"read": 30_000, "shuffled": 200, "written": 200,
                                "io": 30_400}
-    assert est["shared"] == {"read": 18_000, "shuffled": 667, "written": 200, "io": 18_867}
+    assert est["shared"] == {"read": 18_000, "shuffled": 213, "written": 200, "io": 18_413}
     assert shared == "shared" and set(est) == {"separate", "shared"}  # no key group given
-    big = {a.fingerprint: 40_000.0, b.fingerprint: 40_000.0}  # views as big as the scans
+    big = {a.fingerprint: 200_000.0, b.fingerprint: 200_000.0}  # widening > scans saved
     shared, est = scan_sharing([a, b], columns, big, alpha=1.0)
     assert shared == "separate" and est["shared"]["io"] > est["separate"]["io"]
     assert scan_sharing([a, b], columns, {a.fingerprint: 1.0}) == ("separate", {})  # no stats
@@ -117,16 +123,16 @@ def test_a_prefix_exchange_pays_for_rows_once_instead_of_each_views_partial_grou
     assert (group, keys) == ([0, 1], ["`C`", "`D`"])
     plan, est = scan_sharing([a, b, c], columns, sizes, alpha=1.0, group=group,
                              shared=keys, delta=0.5)
-    # c stays separate (reads A: 1,000); a and b read C, D, A, E once (31,000) and
-    # exchange those rows at δ = 0.5 per byte; each view is shuffled again when read
-    assert est["prefix"] == {"read": 32_000, "shuffled": 55_510, "written": 40_010,
-                             "io": 127_520}
+    # c stays separate (reads A: 1,000, shuffles α·10); a and b read C, D, A, E once
+    # (31,000) and exchange those rows at δ = 0.5 per byte, and nothing more
+    assert est["prefix"] == {"read": 32_000, "shuffled": 15_510, "written": 40_010,
+                             "io": 87_520}
     assert est["separate"] == {"read": 52_000, "shuffled": 40_010, "written": 40_010,
                                "io": 132_020}
     assert plan == "prefix" and est["shared"]["io"] > est["prefix"]["io"]  # wide rows
     plan, est = scan_sharing([a, b, c], columns, sizes, alpha=1.0, group=group,
-                             shared=keys, delta=1.0)  # rows cost twice as much
-    assert plan == "separate" and est["prefix"]["io"] > est["separate"]["io"]
+                             shared=keys, delta=2.0)  # rows cost twice a view's α
+    assert plan != "prefix" and est["prefix"]["io"] > est["separate"]["io"]
     small = {**sizes, a.fingerprint: 1_000.0, b.fingerprint: 1_000.0}  # few groups
     assert scan_sharing([a, b, c], columns, small, alpha=1.0, group=group, shared=keys,
                         delta=0.5)[0] == "shared"
@@ -158,6 +164,42 @@ def test_a_prefix_pass_is_one_scan_and_one_exchange(spark, tmp_path, sqls, share
         got = jumbo_branch(v, i, pass_.where(f"_b = {i}"))
         want = view_of_segment(v, seg)
         assert sorted(map(str, got.collect())) == sorted(map(str, want.collect()))
+
+
+@pytest.mark.parametrize("shared_shuffle", [False, True], ids=["jumbo", "prefix"])
+def test_a_pass_stores_its_views_bucketed_so_merging_them_shuffles_nothing(
+        spark, tmp_path, shared_shuffle):
+    """A pass writes each row into its view's bucket: an occurrence merging segment 1's
+    view (stored co-located by its own plan) with segment 2's (from the pass) reads both
+    where they lie, with no exchange, and merges them to what plain plans give."""
+    views = _views("SELECT A, B, E, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, E",
+                   "SELECT B, A, sum(D) AS s, max(C) AS m FROM log GROUP BY B, A")
+    n, rng = 3, random.Random(5)
+    segs = []
+    for j in (1, 2):
+        pq.write_table(segment(rng, 300), tmp_path / f"seg{j}.parquet")
+        segs.append(spark.read.parquet(str(tmp_path / f"seg{j}.parquet")))
+    _, keys = prefix_group(views)
+    pass_ = prefix_partials(views, segs[1], keys, n) if shared_shuffle \
+        else jumbo_partials(views, segs[1])
+    files = write_bucketed(spark, pass_, branch_buckets(2, n), str(tmp_path / "pass"), n)[""]
+    assert files and all(f.rsplit("_", 1)[1].split(".")[0].isdigit()
+                         for f in files)  # named by bucket, as bucketBy names them
+    entries = branch_entries(str(tmp_path / "pass"), ddl_of(pass_.schema), 2, n)
+    for i, v in enumerate(views):
+        first = view_of_segment(v, segs[0])
+        write_bucketed(spark, first, bucket_of(["_g"], n), str(tmp_path / f"v{i}"), n)
+        stored = read_bucketed(spark, str(tmp_path / f"v{i}"), ddl_of(first.schema), ["_g"], n)
+        assert entries[i]["files"] == files
+        own = view_of_segment(v, segs[1])
+        assert entries[i]["records"] == own.count() > 0  # its rows, from the footers
+        both = stored.unionByName(jumbo_branch(v, i, branch_rows(spark, entries[i])))
+        gp = group_plan(v.node, v.monoids)
+        merged = merge_partials(gp, both)
+        plan = merged._jdf.queryExecution().executedPlan().toString()
+        assert "Exchange" not in plan and plan.count("Bucketed: true") == 2, plan
+        want = merge_partials(gp, first.unionByName(own))
+        assert sorted(map(str, merged.collect())) == sorted(map(str, want.collect()))
 
 
 def test_with_the_measured_shuffles_views_win_the_tumbling_week():

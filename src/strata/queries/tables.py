@@ -81,6 +81,70 @@ def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: st
     return files
 
 
+def bucket_of(lineage: Sequence[str], n: int) -> Column:
+    """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
+    cols = ", ".join(f"`{c}`" for c in lineage)
+    return F.expr(f"pmod(hash({cols}), {n})")
+
+
+def write_bucketed(spark: SparkSession, df: DataFrame, bucket: Column, path: str, n: int,
+                   split: str | None = None, order: Sequence[str] = ()
+                   ) -> dict[str, list[str]]:
+    """Write ``df`` as the files of tables bucketed into ``n`` buckets: one table, or with
+    ``split`` one per value of that column (in ``<split>=<value>/``, as ``partitionBy``
+    lays them out). The files of each table (keyed ``""``, or by its directory's name).
+
+    A row's bucket is ``bucket`` (:func:`bucket_of` of the table's lineage, the expression
+    behind ``bucketBy``), written as a partition column: each bucket's files land in their
+    own directory and are moved up and renamed with the bucket number as ``bucketBy``
+    names them (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan
+    assigns files to buckets. Unlike ``bucketBy`` (which writes only through
+    ``saveAsTable``) this needs no catalog table per write. The rows stay in the
+    partitions they were computed in (no shuffle), in at most one task per core; with
+    ``order``, sorted by those columns within each bucket's file."""
+    tasks = max(1, min(n, default_parallelism(spark)))
+    rows = df.withColumn(BUCKET, bucket).coalesce(tasks)
+    if order:  # Spark's writer sorts by the partition columns anyway: this extends it
+        rows = rows.sortWithinPartitions(*([split] if split else []), BUCKET, *order)
+    write_parquet(rows, path, [split, BUCKET] if split else [BUCKET])
+    tops = [""] if split is None else [d for d in fs.list_dir(path) if d.startswith(f"{split}=")]
+    out = {}
+    for top in tops:
+        table = fs.join(path, top) if top else path
+        files = []
+        for d in fs.list_dir(table):
+            if not d.startswith(f"{BUCKET}="):
+                continue
+            b = int(d.split("=", 1)[1])
+            for f in fs.list_dir(fs.join(table, d)):
+                if f.startswith("part-"):
+                    stem, ext = f.split(".", 1)
+                    dst = fs.join(table, f"{stem}_{b:05d}.{ext}")
+                    fs.move(fs.join(table, d, f), dst)
+                    files.append(dst)
+            fs.delete_quietly(fs.join(table, d))
+        out[top] = sorted(files)
+    return out
+
+
+def read_bucketed(spark: SparkSession, location: str, ddl: str, lineage: Sequence[str],
+                  n: int) -> DataFrame:
+    """The files in directory ``location`` (columns ``ddl``, written bucketed by
+    ``lineage`` into ``n`` buckets) as a bucketed table: Spark reads it partitioned by
+    ``lineage``, so a join or grouping on it does not shuffle it. Registered once per
+    Spark application as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at ``location``."""
+    ident = "strata_" + hashlib.sha1(
+        f"{location}|{ddl}|{'|'.join(lineage)}|{n}".encode()).hexdigest()[:20]
+    registered = _registered(spark)
+    if ident not in registered:
+        cols = ", ".join(f"`{c}`" for c in lineage)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({ddl}) USING parquet "
+                  f"CLUSTERED BY ({cols}) INTO {n} BUCKETS LOCATION '{location}'")
+        registered.add(ident)
+    spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
+    return spark.table(ident)
+
+
 class QueryTables:
     """The state tables of one query stage in one epoch."""
 
@@ -151,17 +215,7 @@ class QueryTables:
             return None
         if not t["lineage"]:
             return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
-        ident = "strata_" + hashlib.sha1(
-            f"{self._dir(name)}|{t['ddl']}|{self.n}".encode()).hexdigest()[:20]
-        registered = _registered(self.spark)
-        if ident not in registered:
-            cols = ", ".join(f"`{c}`" for c in t["lineage"])
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({t['ddl']}) USING parquet "
-                           f"CLUSTERED BY ({cols}) INTO {self.n} BUCKETS "
-                           f"LOCATION '{self._dir(name)}'")
-            registered.add(ident)
-        self.spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
-        return self.spark.table(ident)
+        return read_bucketed(self.spark, self._dir(name), t["ddl"], t["lineage"], self.n)
 
     def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
         """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
@@ -232,35 +286,12 @@ class QueryTables:
         return _write_buckets(table, bucket, path), table.num_rows
 
     def _bucket(self, lineage: Sequence[str]) -> Column:
-        """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
-        cols = ", ".join(f"`{c}`" for c in lineage)
-        return F.expr(f"pmod(hash({cols}), {self.n})")
+        return bucket_of(lineage, self.n)
 
     def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
-        """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets.
-
-        A row's bucket is Spark's own (``pmod(murmur3(lineage), n)``, the expression behind
-        ``bucketBy``), written as a partition column: each bucket's files land in their
-        own directory and are renamed with the bucket number as ``bucketBy`` names them
-        (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan assigns files
-        to buckets. Unlike ``bucketBy`` (which writes only through ``saveAsTable``) this
-        needs no catalog table per write. The rows stay in the partitions they were
-        computed in (no shuffle), in at most one task per core."""
-        tasks = max(1, min(self.n, default_parallelism(self.spark)))
-        write_parquet(df.withColumn(BUCKET, self._bucket(lineage)).coalesce(tasks), path,
-                      [BUCKET])
-        files = []
-        for d in fs.list_dir(path):
-            if not d.startswith(f"{BUCKET}="):
-                continue
-            b = int(d.split("=", 1)[1])
-            for f in fs.list_dir(fs.join(path, d)):
-                if f.startswith("part-"):
-                    stem, ext = f.split(".", 1)
-                    dst = fs.join(path, f"{stem}_{b:05d}.{ext}")
-                    fs.move(fs.join(path, d, f), dst)
-                    files.append(dst)
-        return sorted(files)
+        """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets
+        (:func:`write_bucketed`)."""
+        return write_bucketed(self.spark, df, self._bucket(lineage), path, self.n)[""]
 
     # -- deferred writes (the steps of an iteration) -----------------------------------
     def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:

@@ -35,20 +35,24 @@ partial groups), together in one jumbo pass (one scan of every column any of the
 reads, one exchange), or, those that share a group key, in one pass exchanging rows on
 that key (Comet's shared shuffle). The jumbo pass saves scans but widens the exchange:
 each of its rows carries every view's key and parts, NULL but for its own view's (8
-bytes each in Spark's row format). Per segment:
+bytes each in Spark's row format, mostly compressed away in the shuffle files). Per
+segment:
 
 * separate: ``Σ_v (C_v + α·V_v + V_v)``;
-* shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v + α·V_v)`` with ``C_∪`` the bytes of the union
-  of the views' columns and ``ω_v = F / F_v`` the widening, ``F_v`` the fields of view
-  *v*'s shuffled rows (keys and parts) and ``F`` those of all views together. The last
-  term: a jumbo pass's views are not bucketed by their keys, so the occurrence that
-  reads one later shuffles it again (a co-located view is merged where it lies).
+* shared: ``C_∪ + Σ_v (α·ω_v·V_v + V_v)`` with ``C_∪`` the bytes of the union of the
+  views' columns and ``ω_v = 1 + ν·(F − F_v) / F_v`` the widening, ``F_v`` the fields of
+  view *v*'s shuffled rows (keys and parts), ``F`` those of all views together and ``ν``
+  what a NULL field costs beside a view's own (measured, below).
 * prefix: the views that group by a shared key (:func:`~strata.series.evaluate.
   prefix_group`) in one pass whose exchange hashes that key and carries the rows
-  themselves, the others separate: ``C_g + Σ_{v∉g} C_v`` read, ``δ·C_g + α·Σ_v V_v``
+  themselves, the others separate: ``C_g + Σ_{v∉g} C_v`` read, ``δ·C_g + α·Σ_{v∉g} V_v``
   shuffled, with ``C_g`` the bytes of the group's columns and ``δ`` the shuffled bytes
   per such byte when rows cross an exchange (Spark combines no rows below an explicit
-  repartition). The group's views pay ``α·V`` when read, as the jumbo pass's do.
+  repartition).
+
+Every plan stores its views bucketed by their keys (a pass writes each row into its
+view's bucket), so the occurrences that read them later merge them where they lie:
+reading costs the same whichever plan computed them (:func:`occurrences_io`).
 
 All of it is plain arithmetic over plain data (no Spark).
 """
@@ -69,6 +73,11 @@ RAW_SHUFFLE = 3.0  # β: shuffled bytes per view byte, aggregating raw segments 
 # δ: shuffled bytes per compressed column byte when rows cross an exchange, on α's scale
 # (κ scales both alike): benchmarks/series_prefix.py measured δ/α = 1.35-1.51 (29 Nov)
 ROWS_SHUFFLE = VIEW_SHUFFLE * 1.43
+# ν: a NULL field's shuffled bytes over a view's own field's, in a jumbo pass's rows: the
+# sweep of benchmarks/series_sweep.py (29 Nov) measured the pass shuffling 1.01-1.07×
+# the views' own exchanges with 2 branches, 1.14-1.25× with 4, 1.36-1.41× with 8 (where
+# F/F_v is about 2, 4 and 8); the field ratio alone (ν = 1) predicted 2.3×, 4.3× and 8×
+NULL_FIELD_SHUFFLE = 0.05
 EWMA = 0.5  # weight of the newest segment in the statistics
 
 
@@ -201,16 +210,15 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
     total = sum(fields.values()) + 1  # and the branch tag
     alone = separate(views)
     plans = {"separate": alone,
-             # its views are not bucketed by their keys: shuffled again when read (α·V)
              "shared": Estimate(scan(views), sum(
-                 alpha * (total / fields[v.fingerprint] + 1) * view_bytes[v.fingerprint]
+                 alpha * (1 + NULL_FIELD_SHUFFLE * (total - fields[v.fingerprint])
+                          / fields[v.fingerprint]) * view_bytes[v.fingerprint]
                  for v in views), alone.written)}
     if len(group) >= 2 and shared:
         inside = scan([views[i] for i in group])
         rest = separate([v for i, v in enumerate(views) if i not in set(group)])
-        # rows cross its exchange (δ per byte of their columns); every view is shuffled
-        # once, by its own plan or when read (α·V)
-        plans["prefix"] = Estimate(inside + rest.read, delta * inside + alone.shuffled,
+        # rows cross its exchange (δ per byte of their columns)
+        plans["prefix"] = Estimate(inside + rest.read, delta * inside + rest.shuffled,
                                    alone.written)
     return min(plans, key=lambda p: plans[p].io), {p: e.to_json() for p, e in plans.items()}
 

@@ -34,9 +34,9 @@ from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, set_confs, write_parquet
+from strata.queries.frames import ddl_of, run_all, set_confs
 from strata.queries.sql import parse_sql, tables_read
-from strata.queries.tables import QueryTables
+from strata.queries.tables import QueryTables, write_bucketed
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import (
     choose,
@@ -62,6 +62,9 @@ from strata.series.stored import (
     SEGMENT,
     SEGMENTS,
     VIEWS,
+    branch_buckets,
+    branch_entries,
+    branch_rows,
     column_bytes,
     increment_of,
     merged,
@@ -287,13 +290,17 @@ class SeriesProgram(StageProgram):
                 passed = [wanted[k] for k in jumbo]
                 pass_ = prefix_partials(passed, segment, hashed, ctx.num_partitions) \
                     if ran == "prefix" else jumbo_partials(passed, segment)
-                writes.append(functools.partial(write_parquet, pass_, jumbo_dir, ["_b"]))
+                pass_ddl = ddl_of(pass_.schema)
+                writes.append(functools.partial(
+                    write_bucketed, spark, pass_, branch_buckets(len(jumbo), ctx.num_partitions),
+                    jumbo_dir, ctx.num_partitions, order=["_b"]))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
             written, driver_bytes = staged_views(ctx.layout, keep, tables.staged)
-            for i, (fp, j) in enumerate(jumbo):
-                entry = increment_of(fs.join(jumbo_dir, f"_b={i}")).to_json()
-                written.setdefault(fp, {})[str(j)] = {**entry, "branch": i}
+            if jumbo:
+                entries = branch_entries(jumbo_dir, pass_ddl, len(jumbo), ctx.num_partitions)
+                for (fp, j), entry in zip(jumbo, entries, strict=True):
+                    written.setdefault(fp, {})[str(j)] = entry
             views = merged(stored, written)
             answered, skipped, answers = [], [], []
             driver_answers: set[str] = set()
@@ -425,7 +432,7 @@ class SeriesProgram(StageProgram):
         table = tables.read(fp) if in_table else None
         if table is not None:
             parts.append(table.where(F.col(SEGMENT).isin(in_table)).drop(SEGMENT))
-        parts += [jumbo_branch(view, e["branch"], spark.read.parquet(*e["files"]))
+        parts += [jumbo_branch(view, e["branch"], branch_rows(spark, e))
                   for e in entries.values() if "branch" in e and e["files"]]
         if not parts:
             empty = spark.createDataFrame([], spark_schema(self.columns))
@@ -461,8 +468,8 @@ class SeriesProgram(StageProgram):
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
         """Delete view files ``keep`` does not name: in the co-located tables
-        (``tables/<view>/``), and the jumbo passes' directories
-        (``views/<segment and attempt>/_b=<i>/``)."""
+        (``tables/<view>/``), and the jumbo passes' (``views/<segment and attempt>/``;
+        an older pass's: ``…/_b=<i>/``)."""
         live = {f for by_segment in views_of(keep).values() for e in by_segment.values()
                 for f in e["files"]}
         for table in fs.list_dir(layout.tables_root):
@@ -477,17 +484,16 @@ class SeriesProgram(StageProgram):
         for name in fs.list_dir(layout.program_dir(SEGMENTS)):
             if fs.join(layout.program_dir(SEGMENTS), name) not in fixed:
                 fs.delete_quietly(fs.join(layout.program_dir(SEGMENTS), name))
-        dirs = {f.rsplit("/", 1)[0] for f in live}
+        # an older pass wrote a directory per view
+        kept = live | {f.rsplit("/", 1)[0] for f in live}
         root = layout.program_dir(VIEWS)
         for attempt in fs.list_dir(root):
             top = fs.join(root, attempt)
-            views = fs.list_dir(top)
-            dead = [v for v in views if fs.join(top, v) not in dirs]
-            if len(dead) == len(views):
+            for name in fs.list_dir(top):
+                if fs.join(top, name) not in kept:
+                    fs.delete_quietly(fs.join(top, name))
+            if not fs.list_dir(top):
                 fs.delete_quietly(top)
-            else:
-                for v in dead:
-                    fs.delete_quietly(fs.join(top, v))
 
 
 def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
@@ -495,4 +501,5 @@ def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, d
     window = plan.schedule.window(n)
     return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
                for v in plan.view_list() for j in window[v.table])
+
 
