@@ -200,37 +200,41 @@ def read_back(spark, plan: str, out: Path, pair: str, partitions: int) -> None:
     """What the occurrence that reads the views later pays: it reads them and merges
     them per group where they lie (separate views here: read only; a pass's views read
     as the stage reads them, bucketed by their keys, and merged)."""
-    from strata.queries.frames import ddl_of
-    from strata.queries.tables import read_bucketed
-    from strata.series.evaluate import group_plan, jumbo_branch, merge_partials
+    from strata.series.evaluate import group_plan, merge_partials
 
     if plan == "strata_separate":
         for i in (0, 1):
             spark.read.parquet(str(out / f"{pair}-{plan}-{i}")).write.format("noop").mode(
                 "overwrite").save()
         return
-    for i, v in enumerate(views(pair)):
-        location = out / f"{pair}-{plan}-0" / f"_b={i}"
-        ddl = ddl_of(spark.read.parquet(str(location)).schema)
-        stored = read_bucketed(spark, str(location), ddl, [f"k{i}"], partitions)
-        merged = merge_partials(group_plan(v.node, v.monoids), jumbo_branch(v, i, stored))
+    for v, stored in zip(views(pair), pass_views(spark, out / f"{pair}-{plan}-0",
+                                                   partitions, pair), strict=True):
+        merged = merge_partials(group_plan(v.node, v.monoids), stored)
         merged.write.format("noop").mode("overwrite").save()
 
 
-def answers(spark, plan: str, out: Path, pair: str) -> dict[str, list]:
+def pass_views(spark, path: Path, partitions: int, pair: str) -> list:
+    """A pass's views, each read from its files as the stage reads them."""
+    from strata.queries.frames import ddl_of
+    from strata.series.evaluate import jumbo_branch
+    from strata.series.stored import branch_entries, branch_rows
+
+    ddl = ddl_of(spark.read.parquet(str(path)).drop("_b").schema)
+    entries = branch_entries(str(path), ddl, 2, partitions)
+    return [jumbo_branch(v, i, branch_rows(spark, e))
+            for i, (v, e) in enumerate(zip(views(pair), entries, strict=True))]
+
+
+def answers(spark, plan: str, out: Path, pair: str, partitions: int) -> dict[str, list]:
     """Each view's rows as ``plan`` wrote them, sorted: the hand-built plans' counts, or
     the strata plans' views as the stage reads them back (key struct, monoid parts)."""
     from pyspark.sql import functions as F
 
     if plan in STRATA:
-        from strata.series.evaluate import jumbo_branch
-
         if plan == "strata_separate":
             got = [spark.read.parquet(str(out / f"{pair}-{plan}-{i}")) for i in (0, 1)]
         else:
-            got = [jumbo_branch(v, i, spark.read.parquet(str(out / f"{pair}-{plan}-0" /
-                                                             f"_b={i}")))
-                   for i, v in enumerate(views(pair))]
+            got = pass_views(spark, out / f"{pair}-{plan}-0", partitions, pair)
         return {f"v{i}": sorted(map(repr, d.select(F.to_json(F.struct("*"))).collect()))
                 for i, d in enumerate(got)}
     if plan in ("separate", "reordered"):
@@ -334,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         names = (HAND_BUILT if pair == "market_query" and not args.quick else ()) + STRATA
         plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat, pair,
                             warm_up=not args.quick) for p in names}
-        same = all(answers(spark, p, tmp, pair) == answers(spark, group[0], tmp, pair)
+        n = args.partitions
+        same = all(answers(spark, p, tmp, pair, n) == answers(spark, group[0], tmp, pair, n)
                    for group in (HAND_BUILT, STRATA) for p in group if p in names)
         pairs[pair] = {"sql": PAIRS[pair], "plans": plans, "answers_equal": same,
                        "cost_model": cost_model(pair, path, tmp, plans)}

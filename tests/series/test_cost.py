@@ -182,15 +182,16 @@ def test_a_pass_stores_its_views_bucketed_so_merging_them_shuffles_nothing(
     _, keys = prefix_group(views)
     pass_ = prefix_partials(views, segs[1], keys, n) if shared_shuffle \
         else jumbo_partials(views, segs[1])
-    files = write_bucketed(spark, pass_, branch_buckets(2, n), str(tmp_path / "pass"), n)[""]
-    assert files and all(f.rsplit("_", 1)[1].split(".")[0].isdigit()
-                         for f in files)  # named by bucket, as bucketBy names them
-    entries = branch_entries(str(tmp_path / "pass"), ddl_of(pass_.schema), 2, n)
+    files = write_bucketed(spark, pass_, branch_buckets(2, n), str(tmp_path / "pass"), n, "_b")
+    assert set(files) == {"_b=0", "_b=1"} and all(
+        f.rsplit("_", 1)[1].split(".")[0].isdigit()
+        for fs in files.values() for f in fs)  # named by bucket, as bucketBy names them
+    entries = branch_entries(str(tmp_path / "pass"), ddl_of(pass_.drop("_b").schema), 2, n)
     for i, v in enumerate(views):
         first = view_of_segment(v, segs[0])
         write_bucketed(spark, first, bucket_of(["_g"], n), str(tmp_path / f"v{i}"), n)
         stored = read_bucketed(spark, str(tmp_path / f"v{i}"), ddl_of(first.schema), ["_g"], n)
-        assert entries[i]["files"] == files
+        assert entries[i]["files"] == files[f"_b={i}"]
         own = view_of_segment(v, segs[1])
         assert entries[i]["records"] == own.count() > 0  # its rows, from the footers
         both = stored.unionByName(jumbo_branch(v, i, branch_rows(spark, entries[i])))

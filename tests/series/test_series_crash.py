@@ -55,9 +55,10 @@ def test_kill_9_inside_series_epochs(spark, tmp_path):
         named = {f for by_segment in snap.state["views"].values()
                  for e in by_segment.values() for f in e["files"]}
         assert named, logs
-        root = layout.program_dir("views")  # jumbo passes: views/<attempt>/<file>
-        on_disk = {fs.join(root, a, f) for a in fs.list_dir(root)
-                   for f in fs.list_dir(fs.join(root, a))}
+        root = layout.program_dir("views")  # jumbo passes: views/<attempt>/_b=<i>/<file>
+        on_disk = {fs.join(root, a, v, f) for a in fs.list_dir(root)
+                   for v in fs.list_dir(fs.join(root, a))
+                   for f in fs.list_dir(fs.join(root, a, v))}
         on_disk |= {fs.join(layout.table_dir(t), f) for t in fs.list_dir(layout.tables_root)
                     for f in fs.list_dir(layout.table_dir(t))}  # co-located views
         fixed = layout.program_dir("segments")  # corrected raw segments

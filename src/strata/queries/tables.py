@@ -88,8 +88,7 @@ def bucket_of(lineage: Sequence[str], n: int) -> Column:
 
 
 def write_bucketed(spark: SparkSession, df: DataFrame, bucket: Column, path: str, n: int,
-                   split: str | None = None, order: Sequence[str] = ()
-                   ) -> dict[str, list[str]]:
+                   split: str | None = None) -> dict[str, list[str]]:
     """Write ``df`` as the files of tables bucketed into ``n`` buckets: one table, or with
     ``split`` one per value of that column (in ``<split>=<value>/``, as ``partitionBy``
     lays them out). The files of each table (keyed ``""``, or by its directory's name).
@@ -100,13 +99,10 @@ def write_bucketed(spark: SparkSession, df: DataFrame, bucket: Column, path: str
     names them (``part-…_00003.c000.snappy.parquet``), which is how a bucketed scan
     assigns files to buckets. Unlike ``bucketBy`` (which writes only through
     ``saveAsTable``) this needs no catalog table per write. The rows stay in the
-    partitions they were computed in (no shuffle), in at most one task per core; with
-    ``order``, sorted by those columns within each bucket's file."""
+    partitions they were computed in (no shuffle), in at most one task per core."""
     tasks = max(1, min(n, default_parallelism(spark)))
-    rows = df.withColumn(BUCKET, bucket).coalesce(tasks)
-    if order:  # Spark's writer sorts by the partition columns anyway: this extends it
-        rows = rows.sortWithinPartitions(*([split] if split else []), BUCKET, *order)
-    write_parquet(rows, path, [split, BUCKET] if split else [BUCKET])
+    write_parquet(df.withColumn(BUCKET, bucket).coalesce(tasks), path,
+                  [split, BUCKET] if split else [BUCKET])
     tops = [""] if split is None else [d for d in fs.list_dir(path) if d.startswith(f"{split}=")]
     out = {}
     for top in tops:

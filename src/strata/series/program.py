@@ -290,10 +290,10 @@ class SeriesProgram(StageProgram):
                 passed = [wanted[k] for k in jumbo]
                 pass_ = prefix_partials(passed, segment, hashed, ctx.num_partitions) \
                     if ran == "prefix" else jumbo_partials(passed, segment)
-                pass_ddl = ddl_of(pass_.schema)
+                pass_ddl = ddl_of(pass_.drop("_b").schema)
                 writes.append(functools.partial(
                     write_bucketed, spark, pass_, branch_buckets(len(jumbo), ctx.num_partitions),
-                    jumbo_dir, ctx.num_partitions, order=["_b"]))
+                    jumbo_dir, ctx.num_partitions, "_b"))
             run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
             crashpoint("series-after-views")
             written, driver_bytes = staged_views(ctx.layout, keep, tables.staged)
@@ -468,8 +468,8 @@ class SeriesProgram(StageProgram):
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
         """Delete view files ``keep`` does not name: in the co-located tables
-        (``tables/<view>/``), and the jumbo passes' (``views/<segment and attempt>/``;
-        an older pass's: ``…/_b=<i>/``)."""
+        (``tables/<view>/``), and the jumbo passes' directories
+        (``views/<segment and attempt>/_b=<i>/``)."""
         live = {f for by_segment in views_of(keep).values() for e in by_segment.values()
                 for f in e["files"]}
         for table in fs.list_dir(layout.tables_root):
@@ -484,8 +484,7 @@ class SeriesProgram(StageProgram):
         for name in fs.list_dir(layout.program_dir(SEGMENTS)):
             if fs.join(layout.program_dir(SEGMENTS), name) not in fixed:
                 fs.delete_quietly(fs.join(layout.program_dir(SEGMENTS), name))
-        # an older pass wrote a directory per view
-        kept = live | {f.rsplit("/", 1)[0] for f in live}
+        kept = live | {f.rsplit("/", 1)[0] for f in live}  # a pass's view: a directory
         root = layout.program_dir(VIEWS)
         for attempt in fs.list_dir(root):
             top = fs.join(root, attempt)

@@ -170,9 +170,8 @@ def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame, by_driv
 
 
 def branch_buckets(views: int, n: int) -> Column:
-    """The bucket of a jumbo pass's row: its view's key's, as the view's co-located table
-    buckets it (``_b`` is the row's view, ``k<i>`` view *i*'s key). A pass's files hold
-    every view's rows, each file those in one bucket of their own view's key."""
+    """The bucket of a jumbo pass's row in its view's files: its view's key's, as the
+    view's co-located table buckets it (``_b`` is the view, ``k<i>`` view *i*'s key)."""
     bucket = F.when(F.col("_b") == 0, bucket_of(["k0"], n))
     for i in range(1, views):
         bucket = bucket.when(F.col("_b") == i, bucket_of([f"k{i}"], n))
@@ -180,48 +179,19 @@ def branch_buckets(views: int, n: int) -> Column:
 
 
 def branch_entries(directory: str, ddl: str, views: int, n: int) -> list[dict]:
-    """The state's entry of each view of a jumbo pass written into ``directory`` (its
-    files bucketed by :func:`branch_buckets` into ``n`` buckets, columns ``ddl``): all of
-    the pass's files, and the view's own bytes and rows, from the files' footers (the
-    compressed bytes of its columns ``k<i>`` and ``b<i>__…``; its rows are those whose
-    row count ``b<i>___cnt`` is set)."""
-    files = [fs.join(directory, f) for f in sorted(fs.list_dir(directory))
-             if f.startswith("part-")]
-    sizes, rows = [0] * views, [0] * views
-    for fsys, path in map(fs.resolve, files):
-        meta = pq.read_metadata(path, filesystem=fsys)
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            for c in range(group.num_columns):
-                col = group.column(c)
-                top = col.path_in_schema.split(".", 1)[0]
-                view = _branch_of(top)
-                if view is None:
-                    continue
-                sizes[view] += col.total_compressed_size
-                if top == f"b{view}___cnt":
-                    stats = col.statistics
-                    unset = stats.null_count if stats is not None and stats.has_null_count \
-                        else 0
-                    rows[view] += group.num_rows - unset
-    return [{"files": files, "bytes": sizes[i], "records": rows[i], "branch": i, "ddl": ddl,
-             "buckets": n} for i in range(views)]
-
-
-def _branch_of(column: str) -> int | None:
-    """The view of a jumbo pass's column ``k<i>`` or ``b<i>__<part>`` (None: ``_b``)."""
-    head = column.split("__", 1)[0]
-    digits = head[1:]
-    return int(digits) if head[:1] in ("k", "b") and digits.isdigit() else None
+    """The state's entry of each view of a jumbo pass written into ``directory`` (a
+    directory ``_b=<i>`` per view, its files bucketed by :func:`branch_buckets` into
+    ``n`` buckets, columns ``ddl``): its files, bytes and rows."""
+    return [{**increment_of(fs.join(directory, f"_b={i}")).to_json(), "branch": i,
+             "ddl": ddl, "buckets": n} for i in range(views)]
 
 
 def branch_rows(spark: SparkSession, entry: Mapping[str, Any]) -> DataFrame:
-    """A jumbo pass's rows of one view, read as a table bucketed by the view's key, as
+    """A jumbo pass's files of one view, read as a table bucketed by the view's key, as
     its co-located table is (so merging them with it shuffles neither); a home's older
-    passes wrote each view's rows apart, unbucketed."""
+    passes wrote them unbucketed."""
     if "buckets" not in entry:
         return spark.read.parquet(*entry["files"])
-    i = entry["branch"]
     location = entry["files"][0].rsplit("/", 1)[0]
-    table = read_bucketed(spark, location, entry["ddl"], [f"k{i}"], entry["buckets"])
-    return table.where(F.col("_b") == i)
+    return read_bucketed(spark, location, entry["ddl"], [f"k{entry['branch']}"],
+                         entry["buckets"])
