@@ -39,8 +39,10 @@ def test_series_from_the_cli(spark, tmp_path):
     added = json.loads(ok("series", "add", "last2", WEEKLY, "--table", "log=log[-1:0]",
                           "--plan", "views", "--home", home, "--json").stdout)
     assert added["registered"] and added["decomposed"]
-    explained = ok("series", "add", "daily", DAILY, "--home", home).stdout
+    explained = ok("series", "add", "daily", DAILY, "--shared-scan", "auto",
+                   "--home", home).stdout
     assert "shared with last2" in explained  # the same filtered partial: one view
+    assert "--shared-scan auto" in explained  # the stream's stage's, for both series
     refused = invoke("series", "add", "daily", DAILY, "--home", home)
     assert refused.exit_code == 1 and "--replace" in refused.output
     bad = invoke("series", "add", "odd", "SELECT A FROM log", "--table", "log=log[1]",
@@ -48,6 +50,7 @@ def test_series_from_the_cli(spark, tmp_path):
     assert bad.exit_code == 1 and "≤ 0" in bad.output
     listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
     assert {s["name"] for s in listed} == {"last2", "daily"}
+    assert {s["shared_scan"] for s in listed} == {"auto"}
     ok("run", pipeline, "--home", home)
     ingest(segments[3], 3)
     ok("run", pipeline, "--home", home)
@@ -93,7 +96,10 @@ def test_series_from_the_cli(spark, tmp_path):
     assert "log_series: segments 1–4" in ok("status", "--home", home).stdout
     ok("series", "drop", "daily", "--home", home)
     listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
-    assert [s["name"] for s in listed] == ["last2"]
+    assert [(s["name"], s["shared_scan"]) for s in listed] == [("last2", "auto")]  # kept
+    ok("series", "add", "daily2", DAILY, "--shared-scan", "prefix", "--home", home)
+    again = json.loads(ok("series", "explain", "last2", "--home", home, "--json").stdout)
+    assert again["shared_scan"] == "prefix"
     missing = invoke("series", "explain", "daily", "--home", home)
     assert missing.exit_code == 1 and "no series 'daily'" in missing.output
 

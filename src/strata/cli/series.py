@@ -37,6 +37,10 @@ SqlArg = Annotated[str, typer.Argument(metavar="SQL", show_default=False,
                                        help="A SELECT over the stream's tables.")]
 
 
+SHARED_SCAN: dict[str, bool | str] = {"off": False, "on": True, "prefix": "prefix",
+                                      "auto": "auto"}  # --shared-scan: add_series' values
+
+
 @app.command()
 def add(
     name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
@@ -61,6 +65,13 @@ def add(
                     "and re-emit this series' occurrences that read them, as changes to "
                     "the flow NAME_changes (0: corrections only reach later occurrences).")
                         ] = 0,
+    shared_scan: Annotated[Literal["off", "on", "prefix", "auto"] | None, typer.Option(
+        "--shared-scan", show_default=False,
+        help="How the stream's stage computes a new segment's stored views (for every "
+             "series on the stream): off, a plan per view; on, one jumbo pass (one scan); "
+             "prefix, one pass hashing the group key they share (one exchange); auto, the "
+             "cheapest by the cost model. Default: the stream's setting, off for a new "
+             "stream.")] = None,
     replace: Annotated[bool, typer.Option(
         "--replace", help="Replace the series registered under NAME.")] = False,
     dry_run: Annotated[bool, typer.Option(
@@ -89,12 +100,14 @@ def add(
                                   "otherwise")
             old = programs.get(stream)
             series = [s for s in (old.series if old else ()) if s.name != name] + [new]
+            setting = SHARED_SCAN[shared_scan] if shared_scan else getattr(
+                old, "shared_scan", False)
             if dry_run:
                 from strata.series import SeriesProgram
 
-                program = SeriesProgram(stream, _columns(catalog, stream), series)
+                program = SeriesProgram(stream, _columns(catalog, stream), series, setting)
             else:
-                program = registry.register(catalog, stream, series)
+                program = registry.register(catalog, stream, series, setting)
         _print_explain(program, name, json_out, registered=not dry_run)
 
 
@@ -107,7 +120,7 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
         with catalog_of(existing_home(home)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": s.name, "stream": p.stream, "period": s.period,
-                 "lateness": s.lateness,
+                 "lateness": s.lateness, "shared_scan": _setting(p),
                  "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
                  "first_occurrence": p.plans[s.name].schedule.first,
                  "views": len(p.plans[s.name].views), "sql": s.sql}
@@ -318,7 +331,10 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
     plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
         program.plans[name]
     lines = explain_plan(plan)
-    lines += _choice_lines(choice, epoch) + _scan_lines(scan)
+    lines += _choice_lines(choice, epoch)
+    lines.append(f"stored views of a new segment of {program.stream}: --shared-scan "
+                 f"{_setting(program)}")
+    lines += _scan_lines(scan)
     shared = {v.fingerprint: [s.name for s in program.series if s.name != name and any(
         w.fingerprint == v.fingerprint for w in program.plans[s.name].view_list())]
         for v in plan.view_list()}
@@ -329,7 +345,7 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
                                  "registered": registered, "explain": lines,
                                  "plan": choice["plan"] if choice else "views",
                                  "estimates": choice["estimates"] if choice else {},
-                                 "scan": scan or {},
+                                 "scan": scan or {}, "shared_scan": _setting(program),
                                  "decomposed": plan.decomposed,
                                  "columns": plan.query.root.columns}))
         return
@@ -411,6 +427,12 @@ def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
     if not choice["estimates"]:
         lines.append("  (no statistics of its views yet)")
     return lines
+
+
+def _setting(program) -> str:
+    """The stream stage's ``shared_scan``, as ``--shared-scan`` names it."""
+    value = getattr(program, "shared_scan", False)
+    return next(k for k, v in SHARED_SCAN.items() if v == value and type(v) is type(value))
 
 
 def _scan_lines(scan: dict | None) -> list[str]:

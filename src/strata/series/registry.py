@@ -61,10 +61,12 @@ def stream_of(series: Series, flows: Sequence[str]) -> str:
     return stream
 
 
-def register(catalog: Catalog, stream: str, series: Sequence[Series]) -> SeriesProgram:
+def register(catalog: Catalog, stream: str, series: Sequence[Series],
+             shared_scan: bool | str | None = None) -> SeriesProgram:
     """Register ``series`` as all the series on ``stream`` (replacing the stream's stage,
-    whose views, queues and epochs stay). A new stage also reads the segments of the
-    stream stored before it."""
+    whose views, queues and epochs stay), with the stage's ``shared_scan`` (None: the
+    stream's stage's, off for a new one; see :func:`add_series`). A new stage also reads
+    the segments of the stream stored before it."""
     flows = catalog.flows()
     stage = series_stage_name(stream)
     before = registered(catalog).get(stream)
@@ -79,7 +81,9 @@ def register(catalog: Catalog, stream: str, series: Sequence[Series]) -> SeriesP
     taken = [s.name for s in series if s.name in catalog.stages()]
     if taken:
         raise StrataError(f"series names {taken} are names of stages of the home")
-    added = add_series(scratch, stream, series)
+    if shared_scan is None:
+        shared_scan = getattr(before, "shared_scan", False)
+    added = add_series(scratch, stream, series, shared_scan=shared_scan)
     description = "; ".join(f"{s.name}: {s.sql}" for s in series)
     program = added.program
     assert isinstance(program, SeriesProgram)
