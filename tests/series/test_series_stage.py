@@ -69,6 +69,13 @@ def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
         assert min(v["segment"] for v in views) >= 6 - 3  # the longest window is 4
         first = c.flow_dataframe("q1_daily_grouping", 6).toPandas()
         assert len(first) == c.read_flow("q1_daily_grouping", 6).num_rows
+        # ad hoc: a query matching a view of the last jumbo pass reads it from its files
+        total = next(sql for name, sql, _, _ in SERIES if name == "total")
+        answer, how = ad_hoc(str(tmp_path / "home"), spark, "log", total, newest=6,
+                             dataflow=c.dataflow)
+        want = duckdb_answer(total, {"log": range(6, 7)}, segments)
+        assert canon(r.asDict() for r in answer.collect()) == canon(want)
+        assert how[0].endswith("6: stored view (jumbo pass)"), how
 
 
 def test_set_operation_and_outer_join_series_equal_duckdb(spark, tmp_path):

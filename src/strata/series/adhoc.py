@@ -23,7 +23,7 @@ from strata.series.evaluate import jumbo_branch, occurrence, view_of_segment
 from strata.series.normalize import View
 from strata.series.program import Series, SeriesProgram, plan_of
 from strata.series.stage import series_stage_name
-from strata.series.stored import SEGMENT, segment_of, view_tables
+from strata.series.stored import SEGMENT, branch_rows, segment_of, view_tables
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -74,8 +74,8 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
         for j in window:
             entry = stored.get(view.fingerprint, {}).get(str(j))
             if entry is not None and "branch" in entry:
-                parts.append(jumbo_branch(view, entry["branch"],
-                                          spark.read.parquet(*entry["files"])))
+                if entry["files"]:  # a view with no rows in its segment has none
+                    parts.append(jumbo_branch(view, entry["branch"], branch_rows(spark, entry)))
                 where.append(f"{j}: stored view (jumbo pass)")
             elif entry is not None:
                 t = store.read(view.fingerprint)

@@ -500,5 +500,3 @@ def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, d
     window = plan.schedule.window(n)
     return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
                for v in plan.view_list() for j in window[v.table])
-
-
