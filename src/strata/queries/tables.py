@@ -124,11 +124,12 @@ def write_bucketed(spark: SparkSession, df: DataFrame, bucket: Column, path: str
 
 
 def read_bucketed(spark: SparkSession, location: str, ddl: str, lineage: Sequence[str],
-                  n: int) -> DataFrame:
+                  n: int, changing: bool = True) -> DataFrame:
     """The files in directory ``location`` (columns ``ddl``, written bucketed by
     ``lineage`` into ``n`` buckets) as a bucketed table: Spark reads it partitioned by
     ``lineage``, so a join or grouping on it does not shuffle it. Registered once per
-    Spark application as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at ``location``."""
+    Spark application as ``CLUSTERED BY (lineage) INTO n BUCKETS`` at ``location``; a
+    ``changing`` directory (one whose files an epoch replaces) is listed again."""
     ident = "strata_" + hashlib.sha1(
         f"{location}|{ddl}|{'|'.join(lineage)}|{n}".encode()).hexdigest()[:20]
     registered = _registered(spark)
@@ -137,7 +138,8 @@ def read_bucketed(spark: SparkSession, location: str, ddl: str, lineage: Sequenc
         spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({ddl}) USING parquet "
                   f"CLUSTERED BY ({cols}) INTO {n} BUCKETS LOCATION '{location}'")
         registered.add(ident)
-    spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
+    if changing:
+        spark.catalog.refreshTable(ident)  # its files changed since Spark listed them
     return spark.table(ident)
 
 
@@ -274,20 +276,17 @@ class QueryTables:
         appended to a join input or a small group-by's state usually is): the rows, with
         their bucket, come to the driver as Arrow and each bucket is written as one file.
         The files (None if there are more rows) and the number of rows."""
-        table = (df.withColumn(BUCKET, self._bucket(lineage)).coalesce(1)
+        table = (df.withColumn(BUCKET, bucket_of(lineage, self.n)).coalesce(1)
                  .limit(frames.DRIVER_ROWS + 1).toArrow())
         if table.num_rows > frames.DRIVER_ROWS:
             return None, table.num_rows
         bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
         return _write_buckets(table, bucket, path), table.num_rows
 
-    def _bucket(self, lineage: Sequence[str]) -> Column:
-        return bucket_of(lineage, self.n)
-
     def _write_bucketed(self, df: DataFrame, lineage: Sequence[str], path: str) -> list[str]:
         """Write ``df`` as files of a table bucketed by ``lineage`` into ``n`` buckets
         (:func:`write_bucketed`)."""
-        return write_bucketed(self.spark, df, self._bucket(lineage), path, self.n)[""]
+        return write_bucketed(self.spark, df, bucket_of(lineage, self.n), path, self.n)[""]
 
     # -- deferred writes (the steps of an iteration) -----------------------------------
     def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:

@@ -194,4 +194,4 @@ def branch_rows(spark: SparkSession, entry: Mapping[str, Any]) -> DataFrame:
         return spark.read.parquet(*entry["files"])
     location = entry["files"][0].rsplit("/", 1)[0]
     return read_bucketed(spark, location, entry["ddl"], [f"k{entry['branch']}"],
-                         entry["buckets"])
+                         entry["buckets"], changing=False)  # written once, before any read
