@@ -1,4 +1,5 @@
-"""Benchmark: can two group-bys whose keys share a prefix share one Spark exchange?
+"""Benchmark: can two group-bys whose keys share a prefix share one Spark exchange, or two
+with the same keys one grouping?
 
 Comet (He et al., SoCC 2010, §4) shuffles once on a shared key prefix — (A, B) serves a
 grouping on (A, B, E) and one on (A, B) — and aggregates both per partition. This
@@ -9,7 +10,10 @@ log, for two pairs of per-segment views, each written to Parquet:
   (``count(*) GROUP BY A, B``): few groups, so Spark's partial aggregation before an
   exchange shrinks each task's rows a lot;
 * ``url_user``: ``count(*) GROUP BY C, D`` and ``sum(E) WHERE E > 1 GROUP BY D, C, A``:
-  nearly a group per row (URL and user), so it shrinks them little.
+  nearly a group per row (URL and user), so it shrinks them little;
+* ``market_query_filters`` and ``url_user_filters``: the same two shapes with the same
+  keys in both views (A, B; C, D in either order), each view with its own filter
+  (``E <= 3``, ``E > 1``), where operator reordering applies.
 
 The series stage's three plans run on both pairs (``strata.series.evaluate``):
 
@@ -17,7 +21,10 @@ The series stage's three plans run on both pairs (``strata.series.evaluate``):
   its own keys);
 * ``strata_shared``: the jumbo pass (one scan, one exchange on the view and its key);
 * ``strata_prefix``: the shared shuffle (one scan, one exchange hashing the shared keys,
-  both views aggregated above it).
+  both views aggregated above it);
+* ``strata_reordered``: operator reordering, where both views have the same keys (one
+  scan, one grouping on the keys with each view's filter pulled above it into its
+  aggregates, one exchange of partial groups carrying both views' parts).
 
 A strata plan's run includes what the occurrence that reads the views later pays: it
 reads them and merges them per group. Every plan stores its views co-located, as the
@@ -64,7 +71,7 @@ from series import FULL, QUICK, segments
 
 ROOT = Path(__file__).resolve().parents[1]
 HAND_BUILT = ("separate", "prefix_exchange", "prefix_combined", "reordered")
-STRATA = ("strata_separate", "strata_shared", "strata_prefix")
+STRATA = ("strata_separate", "strata_shared", "strata_prefix", "strata_reordered")
 # two views each: few groups (partial aggregation shrinks a task's rows a lot), and groups
 # nearly as many as rows (it shrinks them little)
 PAIRS = {
@@ -72,6 +79,13 @@ PAIRS = {
                      "SELECT A, B, count(*) AS n FROM log GROUP BY A, B"),
     "url_user": ("SELECT C, D, count(*) AS n FROM log GROUP BY C, D",
                  "SELECT D, C, A, sum(E) AS s FROM log WHERE E > 1 GROUP BY D, C, A"),
+    # the same keys, a filter each: operator reordering applies
+    "market_query_filters": (
+        "SELECT A, B, count(*) AS n FROM log WHERE E <= 3 GROUP BY A, B",
+        "SELECT B, A, sum(E) AS s, max(D) AS m FROM log WHERE E > 1 GROUP BY B, A"),
+    "url_user_filters": (
+        "SELECT C, D, count(*) AS n FROM log WHERE E <= 3 GROUP BY C, D",
+        "SELECT D, C, sum(E) AS s FROM log WHERE E > 1 GROUP BY D, C"),
 }
 
 
@@ -88,6 +102,13 @@ def views(pair: str):
     schedule = Schedule({"log": Segments.parse("log[-1:0]")}, 1)
     return [plan_series(parse_sql(sql, {"log": columns}), schedule, columns).view_list()[0]
             for sql in PAIRS[pair]]
+
+
+def reorderable(pair: str) -> bool:
+    """Whether the pair's views group by the same keys (operator reordering applies)."""
+    from strata.series.evaluate import reorder_group
+
+    return reorder_group(views(pair)) == [0, 1]
 
 
 def combine(batches):
@@ -116,6 +137,7 @@ def frames(spark, plan: str, path: str, partitions: int, pair: str = "market_que
             jumbo_partials,
             prefix_group,
             prefix_partials,
+            reordered_partials,
             view_of_segment,
         )
 
@@ -124,6 +146,8 @@ def frames(spark, plan: str, path: str, partitions: int, pair: str = "market_que
             return [view_of_segment(v, seg) for v in vs]
         if plan == "strata_shared":
             return [jumbo_partials(vs, seg)]
+        if plan == "strata_reordered":
+            return [reordered_partials(vs, seg)]
         group, keys = prefix_group(vs)
         assert group == [0, 1], group
         return [prefix_partials(vs, seg, keys, partitions)]
@@ -258,7 +282,7 @@ def cost_model(pair: str, path: str, out: Path, plans: dict) -> dict:
         scan_sharing,
         view_columns,
     )
-    from strata.series.evaluate import prefix_group
+    from strata.series.evaluate import prefix_group, reorder_group
     from strata.series.stored import column_bytes
     from strata.storage.increments import Increment
 
@@ -268,14 +292,15 @@ def cost_model(pair: str, path: str, out: Path, plans: dict) -> dict:
     sizes = {v.fingerprint: sum(f.stat().st_size for f in (
         out / f"{pair}-strata_separate-{i}").rglob("*.parquet")) for i, v in enumerate(vs)}
     group, keys = prefix_group(vs)
-    _, raw = scan_sharing(vs, columns, sizes, group=group, shared=keys)
+    _, raw = scan_sharing(vs, columns, sizes, group=group, shared=keys,
+                          reorder=reorder_group(vs))
     # as the stage does after an epoch that ran separate plans: each part of every
     # estimate scaled by that epoch's measured over estimated bytes (κ)
     kappa = learned({}, raw["separate"], {p: plans["strata_separate"][p]
                                           for p in ("read", "shuffled", "written")})
     est = epoch_estimates(raw, Estimate(0.0, 0.0, 0.0), kappa)
     choice = min(est, key=lambda p: est[p]["io"])
-    ran = {p: plans[f"strata_{p}"]["io"] for p in ("separate", "shared", "prefix")}
+    ran = {p: plans[f"strata_{p}"]["io"] for p in est}
     cheapest = min(ran, key=ran.__getitem__)
     alpha = plans["strata_separate"]["shuffled"] / sum(sizes.values())
     delta = plans["strata_prefix"]["pass_shuffled"] / exchanged
@@ -295,7 +320,7 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(result["pairs"]), figsize=(11, 3.8),
+    fig, axes = plt.subplots(1, len(result["pairs"]), figsize=(5.5 * len(result["pairs"]), 3.8),
                              gridspec_kw={"width_ratios": [len(r["plans"]) for r in
                                                            result["pairs"].values()]})
     for ax, (pair, res) in zip(axes, result["pairs"].items(), strict=True):
@@ -335,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     [path] = segments(cfg, tmp, args.seed)["parquet"]  # the Parquet segment of one day
     pairs, summary = {}, {}
     for pair in PAIRS:  # --quick: the strata plans only, one measured run each
-        names = (HAND_BUILT if pair == "market_query" and not args.quick else ()) + STRATA
+        names = (HAND_BUILT if pair == "market_query" and not args.quick else ()) + tuple(
+            p for p in STRATA if p != "strata_reordered" or reorderable(pair))
         plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat, pair,
                             warm_up=not args.quick) for p in names}
         n = args.partitions

@@ -33,6 +33,8 @@ from strata.series.evaluate import (
     merge_partials,
     prefix_group,
     prefix_partials,
+    reorder_group,
+    reordered_partials,
     view_of_segment,
 )
 from strata.series.normalize import plan_series
@@ -166,22 +168,27 @@ def test_a_prefix_pass_is_one_scan_and_one_exchange(spark, tmp_path, sqls, share
         assert sorted(map(str, got.collect())) == sorted(map(str, want.collect()))
 
 
-@pytest.mark.parametrize("shared_shuffle", [False, True], ids=["jumbo", "prefix"])
+@pytest.mark.parametrize("pass_plan", ["jumbo", "prefix", "reordered"])
 def test_a_pass_stores_its_views_bucketed_so_merging_them_shuffles_nothing(
-        spark, tmp_path, shared_shuffle):
+        spark, tmp_path, pass_plan):
     """A pass writes each row into its view's bucket: an occurrence merging segment 1's
     view (stored co-located by its own plan) with segment 2's (from the pass) reads both
     where they lie, with no exchange, and merges them to what plain plans give."""
+    keys = "B, E, A" if pass_plan == "reordered" else "B, A"  # reordered: the same keys
     views = _views("SELECT A, B, E, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B, E",
-                   "SELECT B, A, sum(D) AS s, max(C) AS m FROM log GROUP BY B, A")
+                   f"SELECT {keys}, sum(D) AS s, max(C) AS m FROM log GROUP BY {keys}")
     n, rng = 3, random.Random(5)
     segs = []
     for j in (1, 2):
         pq.write_table(segment(rng, 300), tmp_path / f"seg{j}.parquet")
         segs.append(spark.read.parquet(str(tmp_path / f"seg{j}.parquet")))
-    _, keys = prefix_group(views)
-    pass_ = prefix_partials(views, segs[1], keys, n) if shared_shuffle \
-        else jumbo_partials(views, segs[1])
+    if pass_plan == "prefix":
+        pass_ = prefix_partials(views, segs[1], prefix_group(views)[1], n)
+    elif pass_plan == "reordered":
+        assert reorder_group(views) == [0, 1]
+        pass_ = reordered_partials(views, segs[1])
+    else:
+        pass_ = jumbo_partials(views, segs[1])
     files = write_bucketed(spark, pass_, branch_buckets(2, n), str(tmp_path / "pass"), n, "_b")
     assert set(files) == {"_b=0", "_b=1"} and all(
         f.rsplit("_", 1)[1].split(".")[0].isdigit()
@@ -297,6 +304,33 @@ def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tm
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
 
 
+def test_views_with_the_same_keys_are_grouped_once_when_their_keys_cost_more_than_a_scan():
+    a, b, c = _views("SELECT A, B, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B",
+                     "SELECT B, A, sum(D) AS s FROM log WHERE C = 'x' GROUP BY B, A",
+                     "SELECT D, count(*) AS n FROM log GROUP BY D")
+    assert reorder_group([a, b, c]) == [0, 1] and reorder_group([c, a, b]) == [1, 2]
+    assert reorder_group([a, c]) == []  # the same keys in any order; D is not A, B
+    assert (view_fields(a), view_fields(b)) == (4, 5)
+    columns = {k: 1_000.0 for k in "ABCDE"}
+    sizes = {a.fingerprint: 3_000.0, b.fingerprint: 3_000.0}  # nearly a group per row
+    plan, est = scan_sharing([a, b], columns, sizes, alpha=1.0, reorder=[0, 1])
+    # one scan of A-E; the shared groups: halfway between nested (3,000 and a's 3,000
+    # without its two keys of four fields: 4,500) and disjoint (6,000)
+    assert est["reordered"] == {"read": 5_000, "shuffled": 5_250, "written": 6_000,
+                                "io": 16_250}
+    # the jumbo pass shuffles each view's rows widened by the other's NULL fields
+    assert est["shared"] == {"read": 5_000, "shuffled": 6_375, "written": 6_000,
+                             "io": 17_375}
+    assert plan == "reordered" and est["separate"]["io"] == 19_000
+    # with a third view outside the group, that view's separate scan costs more than
+    # the keys saved: the jumbo pass wins
+    sizes = {a.fingerprint: 1_000.0, b.fingerprint: 3_000.0, c.fingerprint: 10.0}
+    plan, est = scan_sharing([a, b, c], columns, sizes, alpha=1.0, reorder=[0, 1])
+    assert est["reordered"] == {"read": 6_000, "shuffled": 3_760, "written": 4_010,
+                                "io": 13_770}
+    assert plan == "shared" and est["shared"]["io"] == 13_374
+
+
 def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
     est = {"separate": {"io": 30}, "shared": {"io": 20}, "prefix": {"io": 25}}
     assert scan_plan("auto", est, 3, True) == "shared"
@@ -304,5 +338,8 @@ def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
     assert scan_plan("auto", est, 1, True) == "separate"  # nothing to share
     assert scan_plan("prefix", est, 3, True) == "prefix"
     assert scan_plan("prefix", est, 3, False) == "shared"  # no two views share a key
+    assert scan_plan("reorder", est, 3, True, True) == "reordered"
+    assert scan_plan("reorder", est, 3, True, False) == "shared"  # no two keys alike
+    assert scan_plan("auto", {**est, "reordered": {"io": 10}}, 3, True, True) == "reordered"
     assert scan_plan(True, est, 3, True) == "shared"
     assert scan_plan(False, est, 3, True) == "separate"

@@ -1,6 +1,8 @@
 """Random series definitions over random segments (hypothesis): every occurrence, from
-views computed per segment (alone or in a jumbo pass with the other series' views),
-equals DuckDB's answer of the same SQL over the raw segments of its window."""
+views computed per segment (alone or in a pass with the other series' views: the jumbo
+pass, the shared shuffle on a key they share, or one grouping on the keys they all have
+with their filters pulled above it), equals DuckDB's answer of the same SQL over the raw
+segments of its window."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ from strata.series.evaluate import (
     jumbo_eligible,
     jumbo_partials,
     occurrence,
+    prefix_group,
+    prefix_partials,
+    reorder_group,
+    reordered_partials,
     view_of_segment,
 )
 from strata.series.normalize import plan_series
@@ -54,8 +60,9 @@ def _frames(spark, seed):
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(defs=st.lists(series(), min_size=2, max_size=3), seed=st.integers(0, 10_000))
-def test_random_series_equal_duckdb(spark, defs, seed):
+@given(defs=st.lists(series(), min_size=2, max_size=3), seed=st.integers(0, 10_000),
+       pass_plan=st.sampled_from(["jumbo", "prefix", "reordered"]))
+def test_random_series_equal_duckdb(spark, defs, seed, pass_plan):
     tables, frames = _frames(spark, seed)
     plans = [(plan_series(parse_sql(sql, {"log": COLUMNS}),
                           Schedule({"log": Segments.parse(spec)}, period), COLUMNS), sql)
@@ -64,10 +71,9 @@ def test_random_series_equal_duckdb(spark, defs, seed):
     stored = {}
     for j, seg in enumerate(frames, 1):
         eligible = [v for v in views.values() if jumbo_eligible(v)]
-        if len(eligible) > 1:  # the jumbo pass, as the series stage runs it
-            jumbo = jumbo_partials(eligible, seg).localCheckpoint()
-            for i, v in enumerate(eligible):
-                stored[(v.fingerprint, j)] = jumbo_branch(v, i, jumbo.where(f"_b = {i}"))
+        passed, rows = _pass(pass_plan, eligible, seg)
+        for i, v in enumerate(passed):  # a pass's views, as the series stage reads them
+            stored[(v.fingerprint, j)] = jumbo_branch(v, i, rows.where(f"_b = {i}"))
         for v in views.values():
             stored.setdefault((v.fingerprint, j), view_of_segment(v, seg))
 
@@ -80,3 +86,22 @@ def test_random_series_equal_duckdb(spark, defs, seed):
             got = [r.asDict(recursive=True) for r in occurrence(plan, n, read, spark).collect()]
             want = duckdb_answer(sql, plan.schedule.window(n), tables)
             assert canon(got) == canon(want), (sql, n)
+
+
+def _pass(plan, eligible, seg):
+    """The views one pass of ``plan`` computes over ``seg``, and its rows (none: no pass,
+    fewer than two views could share it)."""
+    if plan == "prefix":
+        group, shared = prefix_group(eligible)
+        views = [eligible[i] for i in group]
+        if len(views) < 2:
+            return [], None
+        return views, prefix_partials(views, seg, shared, 2).localCheckpoint()
+    if plan == "reordered":
+        views = [eligible[i] for i in reorder_group(eligible)]
+        if len(views) < 2:
+            return [], None
+        return views, reordered_partials(views, seg).localCheckpoint()
+    if len(eligible) < 2:
+        return [], None
+    return eligible, jumbo_partials(eligible, seg).localCheckpoint()

@@ -100,6 +100,10 @@ def test_series_from_the_cli(spark, tmp_path):
     ok("series", "add", "daily2", DAILY, "--shared-scan", "prefix", "--home", home)
     again = json.loads(ok("series", "explain", "last2", "--home", home, "--json").stdout)
     assert again["shared_scan"] == "prefix"
+    ok("series", "add", "daily2", DAILY, "--shared-scan", "reorder", "--replace",
+       "--home", home)
+    listed = json.loads(ok("series", "list", "--home", home, "--json").stdout)["series"]
+    assert {s["shared_scan"] for s in listed} == {"reorder"}
     missing = invoke("series", "explain", "daily", "--home", home)
     assert missing.exit_code == 1 and "no series 'daily'" in missing.output
 

@@ -199,7 +199,44 @@ def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
 
 
+def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark, tmp_path):
+    """``shared_scan="reorder"``: the new segment's stored views that group by the same
+    keys (A, B in either order), each with its own filter, are grouped once with the
+    filters pulled above the grouping; the others (D) by plans of their own. Every
+    occurrence equals DuckDB's, over segments where a group passes one filter, both or
+    neither."""
+    rng = random.Random(11)
+    segments = [segment(rng, rng.choice([0, 40])) for _ in range(5)]
+    series = [
+        Series("ab", "SELECT A, B, count(*) AS n, sum(E) AS s FROM log WHERE E > 2.0 "
+               "GROUP BY A, B", {"log": "log[-1:0]"}),
+        Series("ba", "SELECT B, A, max(D) AS m, min(E) AS lo FROM log WHERE C = 'x' "
+               "GROUP BY B, A", {"log": "log[-2:0]"}),
+        Series("all", "SELECT A, B, avg(E) AS e, count(*) AS n FROM log GROUP BY A, B "
+               "HAVING count(*) > 1", {"log": "log[-1:0]"}),
+        Series("d", "SELECT D, max(B) AS m FROM log WHERE A <> 'gb' GROUP BY D",
+               {"log": "log[-1:0]"}),
+    ]
+    df = _dataflow(series, shared_scan="reorder")
+    program = df.stages[series_stage_name("log")].program
+    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for seg in segments:
+            _ingest(c, tmp_path, seg)
+        reports = c.run()
+        assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
+                for r in reports] == [("reordered", 3)] * 5  # ab, ba and all; d alone
+        scan = c.runner.committed(df.stages[series_stage_name("log")]).state["scan"]
+        assert _scan_lines(scan)[0] == (
+            "scan of the last segment: 3 stored partial views in one grouping on their "
+            "shared keys, filters pulled above it (set by the stage)")
+        for s in series:
+            plan = program.plans[s.name]
+            for n, _ in c.stored_increments(s.name):
+                want = duckdb_answer(s.sql, plan.schedule.window(n), segments)
+                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+
+
 def test_an_unknown_scan_plan_is_refused():
-    with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix' or 'auto'"):
+    with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix', 'reorder'"):
         _dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],
                   shared_scan="sometimes")

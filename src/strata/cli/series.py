@@ -37,8 +37,9 @@ SqlArg = Annotated[str, typer.Argument(metavar="SQL", show_default=False,
                                        help="A SELECT over the stream's tables.")]
 
 
+# --shared-scan: add_series' values
 SHARED_SCAN: dict[str, bool | str] = {"off": False, "on": True, "prefix": "prefix",
-                                      "auto": "auto"}  # --shared-scan: add_series' values
+                                      "reorder": "reorder", "auto": "auto"}
 
 
 @app.command()
@@ -65,13 +66,14 @@ def add(
                     "and re-emit this series' occurrences that read them, as changes to "
                     "the flow NAME_changes (0: corrections only reach later occurrences).")
                         ] = 0,
-    shared_scan: Annotated[Literal["off", "on", "prefix", "auto"] | None, typer.Option(
+    shared_scan: Annotated[Literal["off", "on", "prefix", "reorder", "auto"] | None, typer.Option(
         "--shared-scan", show_default=False,
         help="How the stream's stage computes a new segment's stored views (for every "
              "series on the stream): off, a plan per view; on, one jumbo pass (one scan); "
-             "prefix, one pass hashing the group key they share (one exchange); auto, the "
-             "cheapest by the cost model. Default: the stream's setting, off for a new "
-             "stream.")] = None,
+             "prefix, one pass hashing the group key they share (one exchange); reorder, "
+             "one grouping for the views with the same keys, their filters pulled above "
+             "it; auto, the cheapest by the cost model. Default: the stream's setting, "
+             "off for a new stream.")] = None,
     replace: Annotated[bool, typer.Option(
         "--replace", help="Replace the series registered under NAME.")] = False,
     dry_run: Annotated[bool, typer.Option(
@@ -444,7 +446,9 @@ def _scan_lines(scan: dict | None) -> list[str]:
     ran = scan.get("plan") or ("shared" if scan["shared"] else "separate")
     if scan.get("views", 0) >= 2:
         how = {"shared": "one jumbo pass", "separate": "a plan per view",
-               "prefix": "one pass exchanging rows on their shared group key"}[ran]
+               "prefix": "one pass exchanging rows on their shared group key",
+               "reordered": "one grouping on their shared keys, filters pulled above it"
+               }[ran]
         why = "set by the stage" if scan.get("forced") else "the cost model's choice"
         lines.append(f"scan of the last segment: {scan['views']} stored partial views in "
                      f"{how} ({why})")

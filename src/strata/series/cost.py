@@ -50,6 +50,13 @@ segment:
   per such byte when rows cross an exchange (Spark combines no rows below an explicit
   repartition).
 
+* reordered: the views that group by the same keys (:func:`~strata.series.evaluate.
+  reorder_group`) grouped once, their filters pulled above the grouping into each
+  view's aggregates, the others separate: ``C_g + Σ_{v∉g} C_v`` read,
+  ``α·R_g + α·Σ_{v∉g} V_v`` shuffled, with ``R_g`` the bytes of the shared groups
+  (:func:`reordered_bytes`): a key carries every view's parts once, so the views'
+  keys are shuffled once where their groups coincide.
+
 Every plan stores its views bucketed by their keys (a pass writes each row into its
 view's bucket), so the occurrences that read them later merge them where they lie:
 reading costs the same whichever plan computed them (:func:`occurrences_io`).
@@ -78,6 +85,9 @@ ROWS_SHUFFLE = VIEW_SHUFFLE * 1.43
 # the views' own exchanges with 2 branches, 1.14-1.25× with 4, 1.36-1.41× with 8 (where
 # F/F_v is about 2, 4 and 8); the field ratio alone (ν = 1) predicted 2.3×, 4.3× and 8×
 NULL_FIELD_SHUFFLE = 0.05
+# the share of a reordered pass's views' groups whose keys they have in common, with no
+# statistics of it: halfway between nested and disjoint (cost.reordered_bytes)
+GROUP_OVERLAP = 0.5
 EWMA = 0.5  # weight of the newest segment in the statistics
 
 
@@ -188,13 +198,16 @@ def view_fields(view: View) -> int:
 def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
                  view_bytes: Mapping[str, float], alpha: float = VIEW_SHUFFLE,
                  group: Sequence[int] = (), shared: Sequence[str] = (),
-                 delta: float = ROWS_SHUFFLE) -> tuple[str, dict[str, dict[str, float]]]:
+                 delta: float = ROWS_SHUFFLE, reorder: Sequence[int] = ()
+                 ) -> tuple[str, dict[str, dict[str, float]]]:
     """How to compute ``views`` (a segment's stored partial views) — ``separate``,
     ``shared`` (one jumbo pass) or, when the views ``group`` (indices, at least two) all
     group by the ``shared`` keys (SQL over the stream's columns), ``prefix`` (those in one
-    jumbo pass exchanging rows on the shared keys, the others separate) — with the
-    estimates of each plan. Without statistics of every view: ``separate``, no
-    estimates."""
+    jumbo pass exchanging rows on the shared keys, the others separate) and, when the
+    views ``reorder`` (indices, at least two) group by the same keys,
+    ``reordered`` (those grouped once with their filters pulled above the grouping, the
+    others separate) — with the estimates of each plan. Without statistics of every
+    view: ``separate``, no estimates."""
     if len(views) < 2 or any(v.fingerprint not in view_bytes for v in views):
         return "separate", {}
 
@@ -220,21 +233,50 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
         # rows cross its exchange (δ per byte of their columns)
         plans["prefix"] = Estimate(inside + rest.read, delta * inside + rest.shuffled,
                                    alone.written)
+    if len(reorder) >= 2:
+        inside = [views[i] for i in reorder]
+        rest = separate([v for i, v in enumerate(views) if i not in set(reorder)])
+        plans["reordered"] = Estimate(
+            scan(inside) + rest.read,
+            alpha * reordered_bytes(inside, view_bytes) + rest.shuffled,
+            alone.written)
     return min(plans, key=lambda p: plans[p].io), {p: e.to_json() for p, e in plans.items()}
 
 
+def reordered_bytes(views: Sequence[View], view_bytes: Mapping[str, float]) -> float:
+    """The bytes of the groups of a reordered pass over ``views`` (which group by the
+    same keys): a row per key with every view's parts, where separate plans store a row
+    per view and key. How many keys the views share is not known from their
+    statistics: between nested (the largest view's keys hold the others', each of whose
+    rows adds its parts but not the key) and disjoint (each view's rows as they are),
+    taken halfway (``GROUP_OVERLAP``)."""
+    node = views[0].node
+    assert isinstance(node, GroupBy)
+    keys = max(1, len(node.keys))
+    ordered = sorted(views, key=lambda v: view_bytes[v.fingerprint])
+    disjoint = sum(view_bytes[v.fingerprint] for v in ordered)
+    nested = view_bytes[ordered[-1].fingerprint] + sum(
+        view_bytes[v.fingerprint] * (1 - keys / view_fields(v)) for v in ordered[:-1])
+    return GROUP_OVERLAP * nested + (1 - GROUP_OVERLAP) * disjoint
+
+
 def scan_plan(setting: bool | str, estimates: Mapping[str, Mapping[str, float]],
-              views: int, hashable: bool) -> str:
+              views: int, hashable: bool, reorderable: bool = False) -> str:
     """How the new segment's ``views`` stored partial views are computed: each by its
-    own plan (``separate``), in one jumbo pass (``shared``), or those that share a group
+    own plan (``separate``), in one jumbo pass (``shared``), those that share a group
     key in one pass whose exchange hashes it (``prefix``, the others separate;
-    ``hashable``: two of them share one). ``setting`` is the stage's ``shared_scan``:
-    ``"auto"`` takes the plan of least estimated I/O (``separate`` without estimates);
-    ``"prefix"`` where no two views share a key runs ``shared``."""
+    ``hashable``: two of them share one), or those that group by the same keys in one
+    grouping with their filters pulled above it (``reordered``; ``reorderable``: two of
+    them do). ``setting`` is the stage's ``shared_scan``: ``"auto"`` takes the plan of
+    least estimated I/O (``separate`` without estimates); ``"prefix"`` where no two
+    views share a key, or ``"reorder"`` where no two group by the same keys, runs
+    ``shared``."""
     if views < 2 or not setting:
         return "separate"
     if setting == "auto":
         return min(estimates, key=lambda p: estimates[p]["io"]) if estimates else "separate"
+    if setting == "reorder" and reorderable:
+        return "reordered"
     return "prefix" if setting == "prefix" and hashable else "shared"
 
 

@@ -24,7 +24,7 @@ from strata.queries import driver_rows, explode, window_functions
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import answer, lift, row_exprs
-from strata.queries.expressions import MULT, bind, to_sql
+from strata.queries.expressions import MULT, bind, is_aggregate, to_sql
 from strata.queries.incremental import GroupPlan
 from strata.queries.monoids import monoid
 from strata.series.normalize import SeriesPlan, View, union_partials
@@ -142,6 +142,66 @@ def prefix_partials(views: Sequence[View], segment: DataFrame, shared: Sequence[
         *map(_quoted, hashed), pass_.expand())
     grouped = expanded.groupBy("_b", *map(_quoted, hashed), *pass_.keys).agg(*pass_.aggs)
     return grouped.select("_b", *pass_.keys, *map(_quoted, pass_.values))
+
+
+def reorder_group(views: Sequence[View]) -> list[int]:
+    """The views one grouping can serve with their filters pulled above it: the most
+    views (at least two) that group by the same keys, as Spark SQL over the stream's
+    columns, in any order; ``[]`` when no two do."""
+    keys = [frozenset(_stream_keys(v)) for v in views]
+    best, top = Counter(keys).most_common(1)[0] if keys else (frozenset(), 0)
+    return [i for i, k in enumerate(keys) if k == best] if top >= 2 else []
+
+
+def reordered_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
+    """The jumbo pass with the views' filters pulled above one grouping (Comet's operator
+    reordering; ``views`` all group by the same keys, :func:`reorder_group`): the rows
+    that pass any view's filter are grouped once by the shared keys, each view's monoid
+    parts aggregated over its own rows (``FILTER (WHERE …)``), and each group then yields
+    a row per view that has rows in it. One scan and one exchange of partial groups
+    carrying every view's parts, where :func:`jumbo_partials` exchanges a row per view
+    and group. Rows as :func:`jumbo_partials` gives them."""
+    pass_ = _Expansion(views, segment)
+    shared = _stream_keys(views[0])
+    columns = {c: _quoted(views[0].prefix + c) for c in segment.columns}
+    keys = [F.expr(bind(sql, columns)).alias(f"_s{m}") for m, sql in enumerate(shared)]
+    aggs = []
+    for i, v in enumerate(views):
+        where, defs = row_exprs(v.node.child)
+        aggs += [F.expr(_filtered(bind(p.lift, defs), where)).alias(f"b{i}__{p.name}")
+                 for p in group_plan(v.node, v.monoids).parts]
+    base = pass_.base.where(functools.reduce(operator.or_, pass_.wheres))
+    grouped = base.groupBy(*keys).agg(*aggs)
+    key_structs = [F.struct(*[F.col(f"_s{shared.index(k)}").alias(n) for (n, _), k in
+                              zip(v.node.keys, _stream_keys(v), strict=True)])
+                   if v.node.keys else F.struct(F.lit(0).alias("_t")) for v in views]
+    never, branches = F.lit(False), []
+    for i, v in enumerate(views):
+        row = [F.lit(i).alias("_b")] + [
+            (key if j == i else F.when(never, key)).alias(f"k{j}")
+            for j, key in enumerate(key_structs)]
+        row += [(F.col(_quoted(c)) if c.startswith(f"b{i}__")
+                 else F.when(never, F.col(_quoted(c)))).alias(c) for c in pass_.values]
+        # a view has rows in a group where its count part (the first) is not NULL
+        present = F.col(_quoted(f"b{i}__{group_plan(v.node, v.monoids).parts[0].name}"))
+        branches.append(F.when(present.isNotNull(), F.struct(*row)))
+    return grouped.select(F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull())))
+
+
+def _stream_keys(view: View) -> list[str]:
+    """A partial view's group keys as Spark SQL over the stream's columns."""
+    defs = row_exprs(view.node.child)[1]
+    return [_over_stream(bind(to_sql(e), defs), view.prefix) for _, e in view.node.keys]
+
+
+def _filtered(aggregate: str, where: str | None) -> str:
+    """``aggregate`` (SQL with aggregate calls) over the rows passing ``where`` only."""
+    if where is None:
+        return aggregate
+    cond = sqlglot.parse_one(where, read="spark")
+    return sqlglot.parse_one(aggregate, read="spark").transform(
+        lambda n: exp.Filter(this=n.copy(), expression=exp.Where(this=cond.copy()))
+        if is_aggregate(n) else n).sql(dialect="spark")
 
 
 class _Expansion:

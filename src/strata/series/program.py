@@ -9,8 +9,9 @@ stream until a correction takes an epoch of its own (:mod:`strata.series.correct
 :func:`~strata.series.stored.occurrence_epoch` maps occurrences to epochs). Per series,
 the cost model (:mod:`strata.series.cost`) may run the plan that reads the raw window
 again instead; with ``shared_scan`` (or by the cost model's choice, ``"auto"``) the new
-segment's stored partial views are computed in one jumbo pass, or those that share a
-group key in one pass with one exchange (``"prefix"``).
+segment's stored partial views are computed in one jumbo pass, those that share a
+group key in one pass with one exchange (``"prefix"``), or those that group by the same
+keys in one grouping with their filters pulled above it (``"reorder"``).
 
 The stage keeps the raw segments the longest window needs queued (runnability
 :class:`~strata.model.runnability.sliding`), so a series registered later, or switching
@@ -55,6 +56,8 @@ from strata.series.evaluate import (
     occurrence,
     prefix_group,
     prefix_partials,
+    reorder_group,
+    reordered_partials,
     view_of_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
@@ -148,12 +151,13 @@ class SeriesProgram(StageProgram):
         self.stream = stream
         self.columns = dict(columns)  # the stream's columns -> Spark types
         self.series = tuple(series)
-        # the jumbo pass (True) or the shared shuffle ("prefix"): off by default, they pay
-        # only where filters are selective or groups nearly rows (docs/series.md,
-        # "Measured"); "auto": the cost model decides per segment
-        if shared_scan not in (True, False, "prefix", "auto"):
-            raise StrataError("shared_scan is True, False, 'prefix' or 'auto', not "
-                              f"{shared_scan!r}")
+        # the jumbo pass (True), the shared shuffle ("prefix") or the shared grouping
+        # ("reorder"): off by default, they pay only where filters are selective, groups
+        # nearly rows or keys shared (docs/series.md, "Measured"); "auto": the cost
+        # model decides per segment
+        if shared_scan not in (True, False, "prefix", "reorder", "auto"):
+            raise StrataError("shared_scan is True, False, 'prefix', 'reorder' or 'auto', "
+                              f"not {shared_scan!r}")
         self.shared_scan = shared_scan
         self._plans: dict[str, SeriesPlan] | None = None
         self._raw_plans: dict[str, SeriesPlan] | None = None
@@ -260,15 +264,18 @@ class SeriesProgram(StageProgram):
                 "estimate"), measured(ctx.committed.metrics))
             candidates = [wanted[k] for k in jumbo]
             group, hashed = prefix_group(candidates)
+            reorder = reorder_group(candidates)
             _, scan_estimates = scan_sharing(candidates, stats.get("columns", {}),
                                              stats.get("views", {}), group=group,
-                                             shared=hashed)
+                                             shared=hashed, reorder=reorder)
             answering = occurrences_io({s.name: self.active[s.name] for s in due}, n,
                                        stats.get("views", {}), stats.get("answers", {}))
             estimates = epoch_estimates(scan_estimates, answering, kappa)
-            ran = scan_plan(self.shared_scan, estimates, len(jumbo), len(group) >= 2)
+            ran = scan_plan(self.shared_scan, estimates, len(jumbo), len(group) >= 2,
+                            len(reorder) >= 2)
             jumbo = [] if ran == "separate" else [jumbo[i] for i in group] \
-                if ran == "prefix" else jumbo
+                if ran == "prefix" else [jumbo[i] for i in reorder] \
+                if ran == "reordered" else jumbo
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
                         for p in ("read", "shuffled", "written")} if scan_estimates else None
             fresh = self.plain_frames(ctx, segments, {k: v for k, v in wanted.items()
@@ -289,7 +296,8 @@ class SeriesProgram(StageProgram):
                     else spark.createDataFrame([], spark_schema(self.columns))
                 passed = [wanted[k] for k in jumbo]
                 pass_ = prefix_partials(passed, segment, hashed, ctx.num_partitions) \
-                    if ran == "prefix" else jumbo_partials(passed, segment)
+                    if ran == "prefix" else reordered_partials(passed, segment) \
+                    if ran == "reordered" else jumbo_partials(passed, segment)
                 pass_ddl = ddl_of(pass_.drop("_b").schema)
                 writes.append(functools.partial(
                     write_bucketed, spark, pass_, branch_buckets(len(jumbo), ctx.num_partitions),

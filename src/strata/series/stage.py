@@ -25,8 +25,10 @@ def add_series(df: Dataflow, stream: str, series: Sequence[Series], *,
     named after it. ``shared_scan`` computes the new segment's stored partial views in
     one jumbo pass (one scan, one exchange) instead of a plan each; ``"prefix"`` computes
     those that share a group key in one pass whose one exchange hashes that key (the
-    shared shuffle); ``"auto"`` lets the cost model choose among the three per segment,
-    from the statistics of earlier ones.
+    shared shuffle); ``"reorder"`` computes those that group by the same keys in one
+    grouping, each view's filter pulled above it into its aggregates (operator
+    reordering); ``"auto"`` lets the cost model choose among them per segment, from the
+    statistics of earlier ones.
 
     When a series has a ``lateness``, the stage also reads the source flow
     ``<stream>_corrections`` (declared here if the dataflow lacks it): rows that replace
