@@ -188,12 +188,12 @@ def measure(spark, metrics, plan: str, path: str, out: Path, partitions: int,
         t0 = time.perf_counter()
         with metrics.measure(f"{pair}-{plan}-{r}") as m:
             for i, d in enumerate(frames(spark, plan, path, partitions, pair)):
-                write(spark, plan, d, out / f"{pair}-{plan}-{i}", partitions)
+                write(spark, plan, d, run_dir(out, r) / f"{pair}-{plan}-{i}", partitions)
 
         spark.catalog.clearCache()  # each run computes what it caches again
         with metrics.measure(f"{pair}-{plan}-{r}-read-back") as back:
             if plan in STRATA:
-                read_back(spark, plan, out, pair, partitions)
+                read_back(spark, plan, run_dir(out, r), pair, partitions)
         if r:
             runs.append({"seconds": time.perf_counter() - t0,
                          "read": m.input_bytes + back.input_bytes,
@@ -205,6 +205,13 @@ def measure(spark, metrics, plan: str, path: str, out: Path, partitions: int,
     med["io"] = med["read"] + med["shuffled"] + med["written"]
     med["seconds"] = round(med["seconds"], 3)
     return {**med, **shape(spark, plan, path, partitions, pair)}
+
+
+def run_dir(out: Path, run: int) -> Path:
+    """Where run ``run`` of each plan writes: a directory of its own, as the stage writes
+    each pass into a new directory (it registers a pass's files with Spark's catalog once
+    and never lists them again)."""
+    return out / f"run{run}"
 
 
 def write(spark, plan: str, d, path: Path, partitions: int) -> None:
@@ -365,10 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         plans = {p: measure(spark, metrics, p, path, tmp, args.partitions, args.repeat, pair,
                             warm_up=not args.quick) for p in names}
         n = args.partitions
-        same = all(answers(spark, p, tmp, pair, n) == answers(spark, group[0], tmp, pair, n)
+        last = run_dir(tmp, args.repeat)
+        same = all(answers(spark, p, last, pair, n) == answers(spark, group[0], last, pair, n)
                    for group in (HAND_BUILT, STRATA) for p in group if p in names)
         pairs[pair] = {"sql": PAIRS[pair], "plans": plans, "answers_equal": same,
-                       "cost_model": cost_model(pair, path, tmp, plans)}
+                       "cost_model": cost_model(pair, path, last, plans)}
         for p in names:  # each plan over the separate plans of its kind
             base = "strata_separate" if p in STRATA else "separate"
             summary |= {f"{pair}_{p}_{k}_over_separate": {
