@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from strata.model.keys import encode_key
 from strata.model.schema import records_of
+from strata.storage import columnar_runs
 from strata.storage.direct_columns import DirectColumns, StoreSpec, key_column
 from strata.storage.partition_store import PartitionStore, RunInfo
 
@@ -77,10 +78,34 @@ def test_matches_dict_model(tmp_path, data, pair, max_runs):
                 for r in s.maybe_compact(f"r{i}c", [*runs, run], max_runs=max_runs)]
         s.delete_unreferenced(runs)
         model.update(entries)
-        check(store_of(root, runs, pair), model, absent)
+        check(store_of(root, runs, pair), model, absent)  # runs kept in memory
+        columnar_runs.RUN_CACHE.clear()
+        check(store_of(root, runs, pair), model, absent)  # from the files
     assert len(runs) <= max_runs or len(runs) == 1
     listed = sorted(os.listdir(os.path.join(root, "p00000"))) if runs else []
     assert listed == sorted(f"{r.run_id}.arrow" for r in runs)
+
+
+def test_a_process_reads_a_run_from_storage_once(tmp_path, monkeypatch):
+    """Runs never change, so a process keeps those it wrote or read (up to a budget):
+    a later store of the same runs reads nothing from storage, and gives the same."""
+    root = str(tmp_path)
+    entries = [(encode_key(k), k, records(k, [k * 2], False)) for k in range(2_000)]
+    run = store_of(root, [], False).write_run("r0", entries)
+    wanted = {encode_key(k): k for k in range(0, 2_000, 100)}
+    want = {encode_key(k): (k, [{"k": k, "v": k * 2}]) for k in range(0, 2_000, 100)}
+    written = store_of(root, [run], False)  # this process wrote it
+    assert written.lookup(wanted) == want and written.bytes_read == 0
+    columnar_runs.RUN_CACHE.clear()  # another process: read once, then from memory
+    cold, warm = store_of(root, [run], False), store_of(root, [run], False)
+    assert cold.lookup(wanted) == want and cold.bytes_read == run.data_bytes > 0
+    assert warm.lookup(wanted) == want and warm.bytes_read == 0
+    monkeypatch.setattr(columnar_runs, "RUN_CACHE_BYTES", 0)  # STRATA_RUN_CACHE_MB=0
+    columnar_runs.RUN_CACHE.clear()
+    for _ in range(2):
+        again = store_of(root, [run], False)
+        assert again.lookup(wanted) == want and again.bytes_read == run.data_bytes
+    assert not columnar_runs.RUN_CACHE
 
 
 def test_key_column_rule():
