@@ -179,24 +179,30 @@ def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_
         Series("a", "SELECT A, min(E) AS lo FROM log WHERE C = 'x' GROUP BY A",
                {"log": "log[-2:0]"}, 2),
     ]
-    df = _dataflow(series, shared_scan="prefix")
-    program = df.stages[series_stage_name("log")].program
+    reports, scan = _answered_as_duckdb(spark, tmp_path, series, segments, "prefix")
+    assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
+            for r in reports] == [("prefix", 3)] * 5  # abc, ba and a; d on its own
+    assert scan["plan"] == "prefix" and scan["forced"]
+    assert _scan_lines(scan)[0] == (
+        "scan of the last segment: 3 stored partial views in one pass exchanging rows "
+        "on their shared group key (set by the stage)")
+
+
+def _answered_as_duckdb(spark, tmp_path, series, segments, shared_scan):
+    """Run ``series`` over ``segments`` with ``shared_scan``, check every occurrence
+    against DuckDB's, and give the epochs' reports and the last epoch's scan state."""
+    df = _dataflow(series, shared_scan=shared_scan)
+    stage = df.stages[series_stage_name("log")]
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for seg in segments:
             _ingest(c, tmp_path, seg)
         reports = c.run()
-        assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
-                for r in reports] == [("prefix", 3)] * 5  # abc, ba and a; d on its own
-        scan = c.runner.committed(df.stages[series_stage_name("log")]).state["scan"]
-        assert scan["plan"] == "prefix" and scan["forced"]
-        assert _scan_lines(scan)[0] == (
-            "scan of the last segment: 3 stored partial views in one pass exchanging rows "
-            "on their shared group key (set by the stage)")
         for s in series:
-            plan = program.plans[s.name]
+            plan = stage.program.plans[s.name]
             for n, _ in c.stored_increments(s.name):
                 want = duckdb_answer(s.sql, plan.schedule.window(n), segments)
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+        return reports, c.runner.committed(stage).state["scan"]
 
 
 def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark, tmp_path):
@@ -217,23 +223,12 @@ def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark,
         Series("d", "SELECT D, max(B) AS m FROM log WHERE A <> 'gb' GROUP BY D",
                {"log": "log[-1:0]"}),
     ]
-    df = _dataflow(series, shared_scan="reorder")
-    program = df.stages[series_stage_name("log")].program
-    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
-        for seg in segments:
-            _ingest(c, tmp_path, seg)
-        reports = c.run()
-        assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
-                for r in reports] == [("reordered", 3)] * 5  # ab, ba and all; d alone
-        scan = c.runner.committed(df.stages[series_stage_name("log")]).state["scan"]
-        assert _scan_lines(scan)[0] == (
-            "scan of the last segment: 3 stored partial views in one grouping on their "
-            "shared keys, filters pulled above it (set by the stage)")
-        for s in series:
-            plan = program.plans[s.name]
-            for n, _ in c.stored_increments(s.name):
-                want = duckdb_answer(s.sql, plan.schedule.window(n), segments)
-                assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+    reports, scan = _answered_as_duckdb(spark, tmp_path, series, segments, "reorder")
+    assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
+            for r in reports] == [("reordered", 3)] * 5  # ab, ba and all; d alone
+    assert _scan_lines(scan)[0] == (
+        "scan of the last segment: 3 stored partial views in one grouping on their "
+        "shared keys, filters pulled above it (set by the stage)")
 
 
 def test_an_unknown_scan_plan_is_refused():
