@@ -6,6 +6,7 @@ import json
 import random
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.series.clicklog import DDL, canon, duckdb_answer, segment
 from tests.test_cli import invoke, ok
@@ -90,6 +91,19 @@ def test_series_from_the_cli(spark, tmp_path):
     daily = json.loads(ok("series", "explain", "daily", "--home", home, "--json").stdout)
     assert daily["plan"] in ("views", "raw")  # the cost model's, with both estimates
     assert set(daily["estimates"]) == {"views", "raw"}
+    # per operator (the one view both series read): rows in and out per segment, as
+    # exponential averages over the four segments read (weight 0.5 on the newest)
+    [(fp, stats)] = daily["statistics"].items()
+    groups = [len({(a, b) for a, b in zip(seg["A"].to_pylist(), seg["B"].to_pylist(),
+                                           strict=True) if a != "gb"}) for seg in segments]
+    rows = groups[0]
+    for g in groups[1:]:
+        rows = 0.5 * g + 0.5 * rows
+    assert stats["rows_in"] == 25 and stats["rows"] == pytest.approx(rows)
+    assert stats["selectivity"] == pytest.approx(rows / 25)
+    assert stats["bytes_in"] > 0 and stats["bytes_out"] > 0
+    assert f"view {fp} per segment: {rows:,.0f} rows out of 25 in" in " ".join(
+        ok("series", "explain", "daily", "--home", home).stdout.split())
     stage = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
     assert stage["stage"] == "log_series" and stage["epochs"] == 4
     assert stage["summary"].startswith("segments 1–4 of the stream read")

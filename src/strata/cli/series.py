@@ -163,7 +163,8 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         if scan is not None:
             scan = {**scan, "measured": measured(snap.metrics)}
         _print_explain(program, name, json_out, registered=True, choice=choice,
-                       epoch=snap.epoch, scan=scan)
+                       epoch=snap.epoch, scan=scan,
+                       stats=(snap.state or {}).get("stats"))
 
 
 @app.command("show")
@@ -326,13 +327,18 @@ def _columns(catalog, stream: str) -> dict[str, str]:
 
 
 def _print_explain(program, name: str, json_out: bool, registered: bool,
-                   choice: dict | None = None, epoch: int = 0, scan: dict | None = None
-                   ) -> None:
+                   choice: dict | None = None, epoch: int = 0, scan: dict | None = None,
+                   stats: dict | None = None) -> None:
     from strata.series.normalize import explain as explain_plan
 
     plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
         program.plans[name]
     lines = explain_plan(plan)
+    operators = _view_statistics(plan, stats or {})
+    lines += [f"view {fp} per segment: {s['rows']:,.0f} rows out of {s['rows_in']:,.0f} in "
+              f"(selectivity {s['selectivity']:.4g}), {output.size(s['bytes_out'])} out of "
+              f"{output.size(s['bytes_in'])} of its columns in"
+              for fp, s in operators.items()]
     lines += _choice_lines(choice, epoch)
     lines.append(f"stored views of a new segment of {program.stream}: --shared-scan "
                  f"{_setting(program)}")
@@ -348,6 +354,7 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
                                  "plan": choice["plan"] if choice else "views",
                                  "estimates": choice["estimates"] if choice else {},
                                  "scan": scan or {}, "shared_scan": _setting(program),
+                                 "statistics": operators,
                                  "decomposed": plan.decomposed,
                                  "columns": plan.query.root.columns}))
         return
@@ -429,6 +436,24 @@ def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
     if not choice["estimates"]:
         lines.append("  (no statistics of its views yet)")
     return lines
+
+
+def _view_statistics(plan, stats: dict) -> dict[str, dict]:
+    """Per stored view of ``plan`` the stage has statistics of, its figures per segment
+    (exponential averages over the segments read): rows and bytes in and out, and its
+    selectivity (rows out over rows in)."""
+    from strata.series.cost import view_columns
+
+    out = {}
+    for v in plan.view_list():
+        fp = v.fingerprint
+        if fp not in stats.get("rows", {}) or fp not in stats.get("views", {}):
+            continue
+        out[fp] = {"rows_in": stats["segment_rows"], "rows": stats["rows"][fp],
+                   "selectivity": stats["selectivity"][fp],
+                   "bytes_in": sum(stats["columns"].get(c, 0.0) for c in view_columns(v)),
+                   "bytes_out": stats["views"][fp]}
+    return out
 
 
 def _setting(program) -> str:

@@ -56,6 +56,7 @@ from strata.series.stored import (
     segment_of,
     staged_views,
     view_bytes,
+    view_rows,
     view_tables,
     views_of,
     write_answer,
@@ -183,7 +184,8 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
     stats = state.get("stats", {})
     for k in taken:  # a corrected segment is data of the stream like a new one
         if replaced[k].records:  # an emptied segment says nothing of the others' sizes
-            stats = folded(stats, column_bytes(replaced[k]), view_bytes(written, k), {})
+            stats = folded(stats, column_bytes(replaced[k]), view_bytes(written, k), {},
+                           view_rows(written, k), replaced[k].records)
     new_state = {**state, **carried, "views": views, "choices": choices, "stats": stats,
                  "estimate": None,  # κ learns from segment epochs only
                  "corrections": [*carried["corrections"], [ctx.epoch, n]],

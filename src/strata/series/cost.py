@@ -328,12 +328,24 @@ def learned(kappa: Mapping[str, float], estimated: Mapping[str, float] | None,
 
 
 def folded(stats: Mapping[str, Any], columns: Mapping[str, float],
-           views: Mapping[str, float], answers: Mapping[str, float]) -> dict[str, Any]:
+           views: Mapping[str, float], answers: Mapping[str, float],
+           view_rows: Mapping[str, float] | None = None, segment_rows: int = 0
+           ) -> dict[str, Any]:
     """The stage's statistics with one segment's figures folded in: its columns'
-    compressed bytes, its views' bytes, and the bytes of the answers it gave."""
-    return {**stats, "columns": updated(stats.get("columns", {}), columns),
-            "views": updated(stats.get("views", {}), views),
-            "answers": updated(stats.get("answers", {}), answers)}
+    compressed bytes, its views' bytes, the bytes of the answers it gave, and, per
+    operator (each stored view), its rows out of the segment's ``segment_rows`` rows in
+    and their ratio, the view's selectivity."""
+    out = {**stats, "columns": updated(stats.get("columns", {}), columns),
+           "views": updated(stats.get("views", {}), views),
+           "answers": updated(stats.get("answers", {}), answers)}
+    if segment_rows:
+        rows = dict(view_rows or {})
+        out["rows"] = updated(stats.get("rows", {}), rows)
+        out["selectivity"] = updated(stats.get("selectivity", {}),
+                                     {fp: r / segment_rows for fp, r in rows.items()})
+        out["segment_rows"] = updated({"rows": stats.get("segment_rows", segment_rows)},
+                                      {"rows": segment_rows})["rows"]
+    return out
 
 
 def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:

@@ -76,6 +76,7 @@ from strata.series.stored import (
     spark_schema,
     staged_views,
     view_bytes,
+    view_rows,
     view_tables,
     views_of,
     write_answer,
@@ -338,7 +339,8 @@ class SeriesProgram(StageProgram):
                  "estimate": estimate,  # the model's, unscaled: κ learns from it
                  "stats": {**folded(stats, column_bytes(segments[n]),
                                     view_bytes(written, n),
-                                    {name: o.bytes for name, o in outputs.items()}),
+                                    {name: o.bytes for name, o in outputs.items()},
+                                    view_rows(written, n), segments[n].records),
                            "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
                    "scan_plan": ran,

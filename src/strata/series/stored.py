@@ -83,6 +83,11 @@ def view_bytes(views: Mapping[str, Mapping[str, dict]], segment: int) -> dict[st
     return {fp: e[str(segment)]["bytes"] for fp, e in views.items() if str(segment) in e}
 
 
+def view_rows(views: Mapping[str, Mapping[str, dict]], segment: int) -> dict[str, float]:
+    """fingerprint -> the rows of its view of ``segment`` (from the files' footers)."""
+    return {fp: e[str(segment)]["records"] for fp, e in views.items() if str(segment) in e}
+
+
 def column_bytes(segment: Increment) -> dict[str, float]:
     """Compressed bytes per column of a segment, from its Parquet footers."""
     out: dict[str, float] = {}
