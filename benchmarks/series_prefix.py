@@ -4,7 +4,7 @@ with the same keys one grouping?
 Comet (He et al., SoCC 2010, §4) shuffles once on a shared key prefix — (A, B) serves a
 grouping on (A, B, E) and one on (A, B) — and aggregates both per partition. This
 script measures what that costs in Spark on one day of ``benchmarks/series.py``'s click
-log, for two pairs of per-segment views, each written to Parquet:
+log, for four pairs of per-segment views, each written to Parquet:
 
 * ``market_query``: q1's view (``count(*) WHERE E <= 3 GROUP BY A, B, E``) and q2's
   (``count(*) GROUP BY A, B``): few groups, so Spark's partial aggregation before an
@@ -15,7 +15,7 @@ log, for two pairs of per-segment views, each written to Parquet:
   keys in both views (A, B; C, D in either order), each view with its own filter
   (``E <= 3``, ``E > 1``), where operator reordering applies.
 
-The series stage's three plans run on both pairs (``strata.series.evaluate``):
+The series stage's plans run on every pair (``strata.series.evaluate``):
 
 * ``strata_separate``: each view its own plan (scan, partial aggregation, exchange on
   its own keys);
