@@ -162,28 +162,31 @@ def reordered_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     carrying every view's parts, where :func:`jumbo_partials` exchanges a row per view
     and group. Rows as :func:`jumbo_partials` gives them."""
     pass_ = _Expansion(views, segment)
-    shared = _stream_keys(views[0])
+    view_keys = [_stream_keys(v) for v in views]
+    view_parts = [group_plan(v.node, v.monoids).parts for v in views]
+    shared = view_keys[0]
     columns = {c: _quoted(views[0].prefix + c) for c in segment.columns}
     keys = [F.expr(bind(sql, columns)).alias(f"_s{m}") for m, sql in enumerate(shared)]
     aggs = []
-    for i, v in enumerate(views):
+    for i, (v, parts) in enumerate(zip(views, view_parts, strict=True)):
         where, defs = row_exprs(v.node.child)
         aggs += [F.expr(_filtered(bind(p.lift, defs), where)).alias(f"b{i}__{p.name}")
-                 for p in group_plan(v.node, v.monoids).parts]
+                 for p in parts]
     base = pass_.base.where(functools.reduce(operator.or_, pass_.wheres))
     grouped = base.groupBy(*keys).agg(*aggs)
     key_structs = [F.struct(*[F.col(f"_s{shared.index(k)}").alias(n) for (n, _), k in
-                              zip(v.node.keys, _stream_keys(v), strict=True)])
-                   if v.node.keys else F.struct(F.lit(0).alias("_t")) for v in views]
+                              zip(v.node.keys, ks, strict=True)])
+                   if v.node.keys else F.struct(F.lit(0).alias("_t"))
+                   for v, ks in zip(views, view_keys, strict=True)]
     never, branches = F.lit(False), []
-    for i, v in enumerate(views):
+    for i, parts in enumerate(view_parts):
         row = [F.lit(i).alias("_b")] + [
             (key if j == i else F.when(never, key)).alias(f"k{j}")
             for j, key in enumerate(key_structs)]
         row += [(F.col(_quoted(c)) if c.startswith(f"b{i}__")
                  else F.when(never, F.col(_quoted(c)))).alias(c) for c in pass_.values]
         # a view has rows in a group where its count part (the first) is not NULL
-        present = F.col(_quoted(f"b{i}__{group_plan(v.node, v.monoids).parts[0].name}"))
+        present = F.col(_quoted(f"b{i}__{parts[0].name}"))
         branches.append(F.when(present.isNotNull(), F.struct(*row)))
     return grouped.select(F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull())))
 
