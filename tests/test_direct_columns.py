@@ -100,7 +100,7 @@ def test_a_process_reads_a_run_from_storage_once(tmp_path, monkeypatch):
     cold, warm = store_of(root, [run], False), store_of(root, [run], False)
     assert cold.lookup(wanted) == want and cold.bytes_read == run.data_bytes > 0
     assert warm.lookup(wanted) == want and warm.bytes_read == 0
-    monkeypatch.setattr(columnar_runs, "RUN_CACHE_BYTES", 0)  # STRATA_RUN_CACHE_MB=0
+    monkeypatch.setattr(columnar_runs.RUN_CACHE, "budget", 0)  # STRATA_RUN_CACHE_MB=0
     columnar_runs.RUN_CACHE.clear()
     for _ in range(2):
         again = store_of(root, [run], False)

@@ -21,9 +21,7 @@ storage only the runs written elsewhere since.
 from __future__ import annotations
 
 import os
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any
@@ -35,6 +33,7 @@ import pyarrow.fs as pafs
 
 from strata.storage.home import StageLayout
 from strata.storage.partition_store import RunInfo, delete_unlisted
+from strata.storage.table_cache import TableCache
 
 DEAD = "__dead"
 # IPC buffers. zstd (level 1) against LZ4 on 600,000 URL counts: 10.0 against 18.0 B per
@@ -42,32 +41,9 @@ DEAD = "__dead"
 _COMPRESSION = "zstd"
 
 
-# decoded runs by path, newest use last, up to RUN_CACHE_BYTES in each process (a Python
-# worker reused by later tasks, or the driver): STRATA_RUN_CACHE_MB, 0 turns it off
-RUN_CACHE: OrderedDict[str, pa.Table] = OrderedDict()
-RUN_CACHE_BYTES = int(float(os.environ.get("STRATA_RUN_CACHE_MB", "256")) * (1 << 20))
-_cache_lock = threading.Lock()
-
-
-def _cached(path: str) -> pa.Table | None:
-    with _cache_lock:
-        table = RUN_CACHE.get(path)
-        if table is not None:
-            RUN_CACHE.move_to_end(path)
-        return table
-
-
-def _cache(path: str, table: pa.Table) -> None:
-    """Keep ``table`` (the run at ``path``) for later reads in this process, dropping the
-    least recently used runs over the budget; a run over half the budget is not kept."""
-    if table.nbytes > RUN_CACHE_BYTES // 2:
-        return
-    with _cache_lock:
-        RUN_CACHE[path] = table
-        RUN_CACHE.move_to_end(path)
-        total = sum(t.nbytes for t in RUN_CACHE.values())
-        while total > RUN_CACHE_BYTES:
-            total -= RUN_CACHE.popitem(last=False)[1].nbytes
+# decoded runs by path, in each process (a Python worker reused by later tasks, or the
+# driver), up to STRATA_RUN_CACHE_MB (default 256; 0 turns it off)
+RUN_CACHE = TableCache(int(float(os.environ.get("STRATA_RUN_CACHE_MB", "256")) * (1 << 20)))
 
 
 def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:
@@ -119,7 +95,7 @@ class ColumnarRuns:
     # ------------------------------------------------------------------ reading
     def _read(self, run: RunInfo) -> pa.Table:
         key = self._cache_key(run.run_id)
-        hit = _cached(key)
+        hit = RUN_CACHE.get(key)
         if hit is not None:
             return hit
         path = self._path(run.run_id)
@@ -129,7 +105,7 @@ class ColumnarRuns:
         else:
             with self.fs.open_input_file(path) as f:
                 table = pa.ipc.open_file(f).read_all()
-        _cache(key, table)
+        RUN_CACHE.put(key, table)
         return table
 
     def _live(self, table: pa.Table) -> pa.Table:
@@ -203,7 +179,7 @@ class ColumnarRuns:
                 self.fs.delete_file(tmp)
             raise
         size = self.fs.get_file_info(path).size
-        _cache(self._cache_key(run_id), table)
+        RUN_CACHE.put(self._cache_key(run_id), table)
         tombstones = table.num_rows - live.num_rows
         return RunInfo(run_id, table.num_rows, size, 0, tombstones)
 

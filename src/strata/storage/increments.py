@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -12,6 +10,7 @@ import pyarrow.parquet as pq
 
 from strata.model.schema import records_of
 from strata.storage.fs import resolve
+from strata.storage.table_cache import TableCache
 
 
 @dataclass(frozen=True)
@@ -105,8 +104,7 @@ def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = N
 
 def row_count(uri: str) -> int:
     """How many rows Parquet file ``uri`` has (from the cache, else its footer)."""
-    with _LOCK:
-        hit = FILE_CACHE.get(uri)
+    hit = FILE_CACHE.get(uri, touch=False)
     if hit is not None:
         return hit.num_rows
     fsys, path = resolve(uri)
@@ -116,30 +114,19 @@ def row_count(uri: str) -> int:
 def _read_file(uri: str, cache: bool, names: Sequence[str]) -> pa.Table:
     """File ``uri``: from the cache, else read (all its columns if it is to be cached,
     else only ``names``)."""
-    with _LOCK:
-        hit = FILE_CACHE.get(uri)
-        if hit is not None:
-            FILE_CACHE.move_to_end(uri)
-            return hit
+    hit = FILE_CACHE.get(uri)
+    if hit is not None:
+        return hit
     fsys, path = resolve(uri)
     table = pq.read_table(path, filesystem=fsys, columns=None if cache else list(names))
-    if cache and table.nbytes <= FILE_CACHE_BYTES // 2:
-        global _cached_bytes
-        with _LOCK:
-            if uri not in FILE_CACHE:
-                FILE_CACHE[uri] = table
-                _cached_bytes += table.nbytes
-            while _cached_bytes > FILE_CACHE_BYTES:
-                _cached_bytes -= FILE_CACHE.popitem(last=False)[1].nbytes
+    if cache:
+        FILE_CACHE.put(uri, table)
     return table
 
 
-# Immutable files read by the driver, most recently used last: a query's state files are
-# written once under unique names and only ever deleted, so a cached copy is never stale.
-FILE_CACHE: OrderedDict[str, pa.Table] = OrderedDict()
-FILE_CACHE_BYTES = 512 << 20
-_cached_bytes = 0
-_LOCK = threading.Lock()
+# Immutable files read by the driver: a query's state files are written once under
+# unique names and only ever deleted, so a cached copy is never stale.
+FILE_CACHE = TableCache(512 << 20)
 
 
 def read_records(files: Sequence[str]) -> list[dict]:
