@@ -17,6 +17,7 @@ from strata.queries.tables import bucket_of, read_bucketed, write_bucketed
 from strata.series import Series, add_series, series_stage_name
 from strata.series.cost import (
     Estimate,
+    answer_through_spark,
     choose,
     epoch_estimates,
     learned,
@@ -343,3 +344,15 @@ def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
     assert scan_plan("auto", {**est, "reordered": {"io": 10}}, 3, True, True) == "reordered"
     assert scan_plan(True, est, 3, True) == "shared"
     assert scan_plan(False, est, 3, True) == "separate"
+
+
+def test_an_answer_goes_through_spark_when_expected_larger_than_the_driver_takes():
+    # its last answers decide, once it has answered
+    assert answer_through_spark(120.0, [1.0], 100)
+    assert not answer_through_spark(80.0, [90.0, 90.0], 100)
+    # before: the rows of its window's views bound an aggregate's groups
+    assert answer_through_spark(None, [60.0, 50.0], 100)
+    assert not answer_through_spark(None, [60.0, 40.0], 100)
+    # a view of unknown rows, or no views at all: the driver tries first
+    assert not answer_through_spark(None, [600.0, None], 100)
+    assert not answer_through_spark(None, [], 100)

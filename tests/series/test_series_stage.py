@@ -231,6 +231,39 @@ def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark,
         "shared keys, filters pulled above it (set by the stage)")
 
 
+def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch):
+    """An occurrence whose answer is expected to exceed what the driver writes (its
+    window's views hold more rows together, or its last answer had more) is written by
+    Spark at once: its window is read once, where collecting it first read it twice.
+    The answers equal DuckDB's either way; a one-row answer still goes by the driver."""
+    import strata.series.program as program
+    import strata.series.stored as stored
+
+    monkeypatch.setattr(program, "DRIVER_ROWS", 5)
+    monkeypatch.setattr(stored, "DRIVER_ROWS", 5)
+    rng = random.Random(5)
+    segments = [segment(rng, 40) for _ in range(6)]
+    series = [Series("weekly", "SELECT A, B, count(*) AS n FROM log GROUP BY A, B",
+                     {"log": "log[-2:0]"}, 3),
+              Series("total", "SELECT count(*) AS n FROM log", {})]
+    read = {}
+    for route in ("expected", "collect first"):
+        if route == "collect first":
+            monkeypatch.setattr(program, "answer_through_spark", lambda *a: False)
+        (tmp_path / route).mkdir()
+        reports, _ = _answered_as_duckdb(spark, tmp_path / route, series, segments, False)
+        read[route] = [r.metrics["spark_io"]["read"] for r in reports]
+        assert [sorted(r.metrics["answered"]) for r in reports][2::3] == \
+            [["total", "weekly"]] * 2
+    for n in (3, 6):  # the weekly occurrences read less; the other epochs the same
+        assert read["expected"][n - 1] < read["collect first"][n - 1], read
+    assert read["expected"][:2] == read["collect first"][:2]
+    home = tmp_path / "expected" / "home"
+    files = {p.parent.parent.name: p.name for p in home.glob("flows/*/*/*.parquet")}
+    assert files["total"] == "part-00000.parquet"  # written by the driver
+    assert files["weekly"].endswith(".snappy.parquet")  # written by Spark
+
+
 def test_an_unknown_scan_plan_is_refused():
     with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix', 'reorder'"):
         _dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],

@@ -329,15 +329,16 @@ def learned(kappa: Mapping[str, float], estimated: Mapping[str, float] | None,
 
 def folded(stats: Mapping[str, Any], columns: Mapping[str, float],
            views: Mapping[str, float], answers: Mapping[str, float],
-           view_rows: Mapping[str, float] | None = None, segment_rows: int = 0
-           ) -> dict[str, Any]:
+           view_rows: Mapping[str, float] | None = None, segment_rows: int = 0,
+           answer_rows: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The stage's statistics with one segment's figures folded in: its columns'
-    compressed bytes, its views' bytes, the bytes of the answers it gave, and, per
-    operator (each stored view), its rows out of the segment's ``segment_rows`` rows in
-    and their ratio, the view's selectivity."""
+    compressed bytes, its views' bytes, the bytes and rows of the answers it gave, and,
+    per operator (each stored view), its rows out of the segment's ``segment_rows`` rows
+    in and their ratio, the view's selectivity."""
     out = {**stats, "columns": updated(stats.get("columns", {}), columns),
            "views": updated(stats.get("views", {}), views),
-           "answers": updated(stats.get("answers", {}), answers)}
+           "answers": updated(stats.get("answers", {}), answers),
+           "answer_rows": updated(stats.get("answer_rows", {}), answer_rows or {})}
     if segment_rows:
         rows = dict(view_rows or {})
         out["rows"] = updated(stats.get("rows", {}), rows)
@@ -354,3 +355,18 @@ def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, flo
     for k, v in new.items():
         out[k] = v if k not in out else EWMA * v + (1 - EWMA) * out[k]
     return out
+
+
+def answer_through_spark(answer_rows: float | None, window_rows: Sequence[float | None],
+                         limit: int) -> bool:
+    """Whether an occurrence writes its answer through Spark at once, instead of first
+    collecting up to ``limit`` rows into the driver, which computes a larger answer twice
+    (collected, found too large, computed again to be written): yes when the series'
+    answers so far had more than ``limit`` rows (``answer_rows``, None before its first),
+    or, before its first, when the rows of the views its window merges
+    (``window_rows``, None where not known) add up to more: a bound on the groups of an
+    aggregate. A smaller answer written by Spark costs one job, as the driver's does."""
+    if answer_rows is not None:
+        return answer_rows > limit
+    return bool(window_rows) and None not in window_rows and \
+        sum(r for r in window_rows if r is not None) > limit

@@ -191,6 +191,31 @@ def reordered_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     return grouped.select(F.inline(F.filter(F.array(*branches), lambda x: x.isNotNull())))
 
 
+def pass_views(plan: str, candidates: list, group: Sequence[int],
+                reorder: Sequence[int]) -> list:
+    """The views (of ``candidates``) the new segment's pass computes under the scan plan
+    ``plan``: none when separate, the shared-key ``group`` for a shared shuffle, the
+    same-key ``reorder`` group for a shared grouping, else all (the jumbo pass)."""
+    if plan == "separate":
+        return []
+    if plan == "prefix":
+        return [candidates[i] for i in group]
+    if plan == "reordered":
+        return [candidates[i] for i in reorder]
+    return candidates
+
+
+def pass_partials(plan: str, views: Sequence[View], segment: DataFrame,
+                  shared: Sequence[str], partitions: int) -> DataFrame:
+    """The rows of the new segment's pass under scan plan ``plan`` (``prefix``,
+    ``reordered``, or the jumbo pass), as :func:`jumbo_partials` gives them."""
+    if plan == "prefix":
+        return prefix_partials(views, segment, shared, partitions)
+    if plan == "reordered":
+        return reordered_partials(views, segment)
+    return jumbo_partials(views, segment)
+
+
 def _stream_keys(view: View) -> list[str]:
     """A partial view's group keys as Spark SQL over the stream's columns."""
     defs = row_exprs(view.node.child)[1]

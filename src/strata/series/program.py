@@ -35,11 +35,12 @@ from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
-from strata.queries.frames import ddl_of, run_all, set_confs
+from strata.queries.frames import DRIVER_ROWS, ddl_of, run_all, set_confs
 from strata.queries.sql import parse_sql, tables_read
 from strata.queries.tables import QueryTables, write_bucketed
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import (
+    answer_through_spark,
     choose,
     epoch_estimates,
     folded,
@@ -52,12 +53,11 @@ from strata.series.cost import (
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,
-    jumbo_partials,
     occurrence,
+    pass_partials,
+    pass_views,
     prefix_group,
-    prefix_partials,
     reorder_group,
-    reordered_partials,
     view_of_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
@@ -71,6 +71,7 @@ from strata.series.stored import (
     column_bytes,
     increment_of,
     merged,
+    reads_any,
     replaced_segments,
     segment_of,
     spark_schema,
@@ -79,6 +80,8 @@ from strata.series.stored import (
     view_rows,
     view_tables,
     views_of,
+    window_present,
+    window_rows,
     write_answer,
 )
 from strata.series.windows import Schedule, Segments
@@ -274,9 +277,7 @@ class SeriesProgram(StageProgram):
             estimates = epoch_estimates(scan_estimates, answering, kappa)
             ran = scan_plan(self.shared_scan, estimates, len(jumbo), len(group) >= 2,
                             len(reorder) >= 2)
-            jumbo = [] if ran == "separate" else [jumbo[i] for i in group] \
-                if ran == "prefix" else [jumbo[i] for i in reorder] \
-                if ran == "reordered" else jumbo
+            jumbo = pass_views(ran, jumbo, group, reorder)
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
                         for p in ("read", "shuffled", "written")} if scan_estimates else None
             fresh = self.plain_frames(ctx, segments, {k: v for k, v in wanted.items()
@@ -296,14 +297,20 @@ class SeriesProgram(StageProgram):
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
                     else spark.createDataFrame([], spark_schema(self.columns))
                 passed = [wanted[k] for k in jumbo]
-                pass_ = prefix_partials(passed, segment, hashed, ctx.num_partitions) \
-                    if ran == "prefix" else reordered_partials(passed, segment) \
-                    if ran == "reordered" else jumbo_partials(passed, segment)
+                pass_ = pass_partials(ran, passed, segment, hashed, ctx.num_partitions)
                 pass_ddl = ddl_of(pass_.drop("_b").schema)
                 writes.append(functools.partial(
                     write_bucketed, spark, pass_, branch_buckets(len(jumbo), ctx.num_partitions),
                     jumbo_dir, ctx.num_partitions, "_b"))
-            run_all(spark, writes)  # views first: occurrences read the jumbo pass's files
+            # an occurrence reading none of the pass's views runs with the views' writes
+            # (those written apart are read from memory); the others once the pass is
+            answered: list[str] = []
+            skipped: list[str] = []
+            driver_answers: set[str] = set()
+            early = [s for s in due if not reads_any(self.active[s.name], n, set(jumbo))]
+            run_all(spark, writes + self._answers(
+                ctx, early, n, tables, stored, fresh, stats, answered, skipped,
+                driver_answers))
             crashpoint("series-after-views")
             written, driver_bytes = staged_views(ctx.layout, keep, tables.staged)
             if jumbo:
@@ -311,20 +318,12 @@ class SeriesProgram(StageProgram):
                 for (fp, j), entry in zip(jumbo, entries, strict=True):
                     written.setdefault(fp, {})[str(j)] = entry
             views = merged(stored, written)
-            answered, skipped, answers = [], [], []
-            driver_answers: set[str] = set()
-            for s in due:
-                plan = self.active[s.name]
-                if not _window_present(plan, n, views, fresh):
-                    skipped.append(s.name)
-                    continue
-                read = functools.partial(self.read_views, spark, tables, views, fresh)
-                answers.append(functools.partial(
-                    write_answer, ctx, s.name, self.output_ddl(s.name),
-                    occurrence(plan, n, read, spark), driver_answers,
-                    f"series {s.name!r} could not answer its occurrence at segment {n}"))
-                answered.append(s.name)
-            run_all(spark, answers)
+            run_all(spark, self._answers(ctx, [s for s in due if s not in early], n, tables,
+                                         views, fresh, stats, answered, skipped,
+                                         driver_answers))
+            order = [s.name for s in due]
+            answered.sort(key=order.index)
+            skipped.sort(key=order.index)
             tables.commit_files()
         finally:
             for d in cached:
@@ -340,7 +339,8 @@ class SeriesProgram(StageProgram):
                  "stats": {**folded(stats, column_bytes(segments[n]),
                                     view_bytes(written, n),
                                     {name: o.bytes for name, o in outputs.items()},
-                                    view_rows(written, n), segments[n].records),
+                                    view_rows(written, n), segments[n].records,
+                                    {name: o.records for name, o in outputs.items()}),
                            "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
                    "scan_plan": ran,
@@ -351,6 +351,30 @@ class SeriesProgram(StageProgram):
                    "driver_bytes_written": driver_bytes + sum(
                        o.bytes for name, o in outputs.items() if name in driver_answers)}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
+
+    def _answers(self, ctx: EpochContext, due: Sequence[Series], n: int, tables: QueryTables,
+                 views: Mapping[str, Mapping[str, dict]],
+                 fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
+                 stats: Mapping[str, Any], answered: list[str], skipped: list[str],
+                 driver_answers: set[str]) -> list:
+        """One write per occurrence of ``due`` at segment ``n`` whose window's views are
+        all in ``views`` or ``fresh`` (noted in ``answered``; the others in ``skipped``)."""
+        spark, out = ctx.spark, []
+        for s in due:
+            plan = self.active[s.name]
+            if not window_present(plan, n, views, fresh):
+                skipped.append(s.name)
+                continue
+            read = functools.partial(self.read_views, spark, tables, views, fresh)
+            large = answer_through_spark(
+                stats.get("answer_rows", {}).get(s.name),
+                window_rows(plan, n, views, stats.get("rows", {})), DRIVER_ROWS)
+            out.append(functools.partial(
+                write_answer, ctx, s.name, self.output_ddl(s.name),
+                occurrence(plan, n, read, spark), driver_answers,
+                f"series {s.name!r} could not answer its occurrence at segment {n}", large))
+            answered.append(s.name)
+        return out
 
     def numbered(self, raw: Sequence[Increment], n: int, state: Mapping[str, Any] | None
                  ) -> dict[int, Increment]:
@@ -503,10 +527,3 @@ class SeriesProgram(StageProgram):
                     fs.delete_quietly(fs.join(top, name))
             if not fs.list_dir(top):
                 fs.delete_quietly(top)
-
-
-def _window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
-                    fresh: Mapping[tuple[str, int], Any]) -> bool:
-    window = plan.schedule.window(n)
-    return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
-               for v in plan.view_list() for j in window[v.table])

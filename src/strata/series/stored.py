@@ -17,6 +17,7 @@ from strata.physical.program import EpochContext
 from strata.physical.runner import spark_failure
 from strata.queries.frames import DRIVER_ROWS, write_parquet
 from strata.queries.tables import bucket_of, read_bucketed
+from strata.series.normalize import SeriesPlan
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, write_table
@@ -88,6 +89,32 @@ def view_rows(views: Mapping[str, Mapping[str, dict]], segment: int) -> dict[str
     return {fp: e[str(segment)]["records"] for fp, e in views.items() if str(segment) in e}
 
 
+def window_rows(plan: SeriesPlan, newest: int, views: Mapping[str, Mapping[str, dict]],
+                known: Mapping[str, float]) -> list[float | None]:
+    """The rows of each view the occurrence ``newest`` of ``plan`` reads: a stored view's
+    from its entry, one computed this epoch from the view's statistics ``known`` (its
+    rows per segment so far), None if neither says."""
+    window = plan.schedule.window(newest)
+    return [views.get(v.fingerprint, {}).get(str(j), {}).get("records",
+                                                             known.get(v.fingerprint))
+            for v in plan.view_list() for j in window[v.table]]
+
+
+def reads_any(plan: SeriesPlan, n: int, views: set[tuple[str, int]]) -> bool:
+    """Whether the occurrence of ``plan`` at segment ``n`` reads one of ``views``."""
+    window = plan.schedule.window(n)
+    return any((v.fingerprint, j) in views for v in plan.view_list() for j in window[v.table])
+
+
+def window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
+                    fresh: Mapping[tuple[str, int], Any]) -> bool:
+    """Whether every view the occurrence of ``plan`` at segment ``n`` reads is stored
+    (in ``views``) or computed this epoch (in ``fresh``)."""
+    window = plan.schedule.window(n)
+    return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
+               for v in plan.view_list() for j in window[v.table])
+
+
 def column_bytes(segment: Increment) -> dict[str, float]:
     """Compressed bytes per column of a segment, from its Parquet footers."""
     out: dict[str, float] = {}
@@ -156,13 +183,17 @@ def replaced_segments(state: Mapping[str, Any] | None) -> dict[int, Increment]:
 
 
 def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame, by_driver: set[str],
-                 failure: str) -> None:
+                 failure: str, through_spark: bool = False) -> None:
     """Write ``out`` as the epoch's increment of ``flow`` (whose columns are ``ddl``): from
     the driver when it is small (noted in ``by_driver``: Spark does not count those
-    bytes), else through Spark. A Spark failure (bad data in a window) is an
-    :class:`EpochError` that says ``failure``."""
+    bytes), else through Spark; ``through_spark`` skips the driver's try, for an answer
+    expected to be large (:func:`~strata.series.cost.answer_through_spark`). A Spark
+    failure (bad data in a window) is an :class:`EpochError` that says ``failure``."""
     out_dir = ctx.output_dir(flow)
     try:
+        if through_spark:
+            write_parquet(out, out_dir)
+            return
         table = out.coalesce(1).limit(DRIVER_ROWS + 1).toArrow()
         if table.num_rows > DRIVER_ROWS:
             write_parquet(out, out_dir)
