@@ -6,8 +6,11 @@ import json
 import pickle
 import sqlite3
 
+import pytest
+
 from strata.storage.catalog import Catalog, IncrementKind, NewOutput
 from strata.storage.increments import Increment
+from strata.storage.operator_stats import OperatorStats
 
 # The first format: increments told apart by their producer string.
 OLD_SCHEMA = """
@@ -93,5 +96,39 @@ def test_an_epoch_is_finished_in_one_transaction(tmp_path):
         # the ingest is no longer queued anywhere: garbage
         assert c.drop_unreferenced_increments() == [["/h/in.parquet"]]
         assert c.live_files() == {"/h/out.parquet"}
+    finally:
+        c.close()
+
+
+def test_operator_statistics_are_recorded_with_their_epoch_or_not_at_all(tmp_path,
+                                                                         monkeypatch):
+    import strata.storage.catalog as catalog
+
+    c = Catalog(str(tmp_path / "catalog.sqlite"))
+    try:
+        c.register([("log", "a int", None, True)], [("log", "series")], ["series"], "f")
+        view = OperatorStats("view v1", segment=1, rows_in=100, rows_out=7, bytes_in=900,
+                             bytes_out=120, seconds=0.25)
+        answer = OperatorStats("answer daily", segment=1, rows_out=3, bytes_out=50)
+        c.finish_epoch(c.log_intent("series", 1, {}), "series", 1, [], {}, b"", [view, answer])
+        assert [OperatorStats.from_json(r) for r in c.operator_stats("series")] == [
+            answer, view]  # by epoch, then operator
+        assert c.operator_stats("series")[0]["epoch"] == 1
+
+        def fail(name):  # the process dies inside the apply: nothing of it is kept
+            if name == "inside-apply":
+                raise RuntimeError("killed")
+
+        monkeypatch.setattr(catalog, "crashpoint", fail)
+        later = OperatorStats("view v1", segment=2, rows_in=80, rows_out=6)
+        seq = c.log_intent("series", 2, {})
+        with pytest.raises(RuntimeError):
+            c.finish_epoch(seq, "series", 2, [], {}, b"", [later])
+        assert c.stage_row("series").epochs == 1
+        assert [r["segment"] for r in c.operator_stats("series", ["view v1"])] == [1]
+        monkeypatch.undo()
+        c.finish_epoch(seq, "series", 2, [], {}, b"", [later])
+        assert [r["segment"] for r in c.operator_stats("series", ["view v1"])] == [1, 2]
+        assert [r["segment"] for r in c.operator_stats("series", last_epochs=1)] == [2]
     finally:
         c.close()

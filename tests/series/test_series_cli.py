@@ -102,8 +102,20 @@ def test_series_from_the_cli(spark, tmp_path):
     assert stats["rows_in"] == 25 and stats["rows"] == pytest.approx(rows)
     assert stats["selectivity"] == pytest.approx(rows / 25)
     assert stats["bytes_in"] > 0 and stats["bytes_out"] > 0
-    assert f"view {fp} per segment: {rows:,.0f} rows out of 25 in" in " ".join(
-        ok("series", "explain", "daily", "--home", home).stdout.split())
+    text = " ".join(ok("series", "explain", "daily", "--home", home).stdout.split())
+    assert f"view {fp} per segment: {rows:,.0f} rows out of 25 in" in text
+    # the catalog's statistics, per epoch and operator: exact, not averaged
+    views = {r["segment"]: r for r in daily["recorded"] if r["operator"] == f"view {fp}"}
+    assert {j: (r["rows_in"], r["rows_out"]) for j, r in views.items()} == {
+        j: (25, groups[j - 1]) for j in range(1, 5)}
+    assert all(r["bytes_in"] > 0 and r["bytes_out"] > 0 for r in views.values())
+    answers = [r for r in daily["recorded"] if r["operator"] == "answer daily"]
+    assert [(r["segment"], r["rows_out"]) for r in answers] == [
+        (n, len(duckdb_answer(DAILY, {"log": range(n, n + 1)}, segments)))
+        for n in range(1, 5)]
+    assert all(r["seconds"] >= 0 for r in answers)
+    assert "recorded in the catalog, epoch 4 (segment 4):" in text
+    assert f"view {fp}: 25 rows in, {groups[3]:,} rows out" in text
     stage = json.loads(ok("status", "--home", home, "--json").stdout)["stages"][0]
     assert stage["stage"] == "log_series" and stage["epochs"] == 4
     assert stage["summary"].startswith("segments 1–4 of the stream read")

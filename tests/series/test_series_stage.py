@@ -264,6 +264,24 @@ def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch)
     assert files["weekly"].endswith(".snappy.parquet")  # written by Spark
 
 
+def test_an_answer_reading_a_view_written_now_is_measured_whole(spark, tmp_path):
+    """Today's view is kept (tomorrow's occurrence joins it) and read by today's answer,
+    which runs after the view's write: run beside it, the two jobs shared the cached
+    view's shuffle stage and Spark's status store recorded it as skipped in both, so
+    the epoch's measured I/O (what the cost model learns from) lost the view."""
+    rng = random.Random(3)
+    segments = [segment(rng, 40) for _ in range(4)]
+    joined = Series("joined", "SELECT t.A AS A, t.n AS today, y.n AS yesterday FROM "
+                    "(SELECT A, count(*) AS n FROM today GROUP BY A) t JOIN "
+                    "(SELECT A, count(*) AS n FROM yesterday GROUP BY A) y ON t.A = y.A",
+                    {"today": "log", "yesterday": "log[-1]"})
+    reports, _ = _answered_as_duckdb(spark, tmp_path, [joined], segments, False)
+    io = [r.metrics["spark_io"] for r in reports]
+    assert [r.metrics["answered"] for r in reports] == [[]] + [["joined"]] * 3
+    assert all(e["shuffled"] > 0 for e in io), io  # every epoch aggregates its segment
+    assert all(e["read"] > io[0]["read"] for e in io[1:]), io  # and reads yesterday's
+
+
 def test_an_unknown_scan_plan_is_refused():
     with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix', 'reorder'"):
         _dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],

@@ -155,6 +155,7 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         root = existing_home(home)
         with catalog_of(root) as catalog:
             program, _ = registry.find(catalog, name)
+            recorded = _recorded(catalog, program, name)
         snap = StateDir(Home(root).stage(series_stage_name(program.stream))).current()
         choice = (snap.state or {}).get("choices", {}).get(name)
         from strata.series.cost import measured
@@ -164,7 +165,7 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
             scan = {**scan, "measured": measured(snap.metrics)}
         _print_explain(program, name, json_out, registered=True, choice=choice,
                        epoch=snap.epoch, scan=scan,
-                       stats=(snap.state or {}).get("stats"))
+                       stats=(snap.state or {}).get("stats"), recorded=recorded)
 
 
 @app.command("show")
@@ -328,7 +329,7 @@ def _columns(catalog, stream: str) -> dict[str, str]:
 
 def _print_explain(program, name: str, json_out: bool, registered: bool,
                    choice: dict | None = None, epoch: int = 0, scan: dict | None = None,
-                   stats: dict | None = None) -> None:
+                   stats: dict | None = None, recorded: list[dict] | None = None) -> None:
     from strata.series.normalize import explain as explain_plan
 
     plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
@@ -339,6 +340,7 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
               f"(selectivity {s['selectivity']:.4g}), {output.size(s['bytes_out'])} out of "
               f"{output.size(s['bytes_in'])} of its columns in"
               for fp, s in operators.items()]
+    lines += _recorded_lines(recorded or [])
     lines += _choice_lines(choice, epoch)
     lines.append(f"stored views of a new segment of {program.stream}: --shared-scan "
                  f"{_setting(program)}")
@@ -355,6 +357,7 @@ def _print_explain(program, name: str, json_out: bool, registered: bool,
                                  "estimates": choice["estimates"] if choice else {},
                                  "scan": scan or {}, "shared_scan": _setting(program),
                                  "statistics": operators,
+                                 "recorded": recorded or [],
                                  "decomposed": plan.decomposed,
                                  "columns": plan.query.root.columns}))
         return
@@ -435,6 +438,33 @@ def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
                      f"written {output.size(est['written'])})")
     if not choice["estimates"]:
         lines.append("  (no statistics of its views yet)")
+    return lines
+
+
+def _recorded(catalog, program, name: str, epochs: int = 7) -> list[dict]:
+    """The catalog's statistics of the series' views and answer over the stream stage's
+    last ``epochs`` epochs."""
+    from strata.series import series_stage_name
+    from strata.series.statistics import answer_operator, view_operator
+
+    plan = program.plans[name]
+    wanted = [view_operator(v.fingerprint) for v in plan.view_list()] + [
+        answer_operator(name)]
+    return catalog.operator_stats(series_stage_name(program.stream), wanted, epochs)
+
+
+def _recorded_lines(recorded: list[dict]) -> list[str]:
+    """The newest epoch's recorded statistics, a line per operator."""
+    if not recorded:
+        return []
+    newest = max(r["epoch"] for r in recorded)
+    lines = [f"recorded in the catalog, epoch {newest} (segment "
+             f"{recorded[-1]['segment']}):"]
+    for r in (r for r in recorded if r["epoch"] == newest):
+        took = "" if r["seconds"] is None else f", {r['seconds']:.2f} s"
+        read = "" if r["rows_in"] is None else f"{r['rows_in']:,} rows in, "
+        lines.append(f"  {r['operator']}: {read}{r['rows_out']:,} rows out, "
+                     f"{output.size(r['bytes_out'])} written{took}")
     return lines
 
 

@@ -44,6 +44,7 @@ from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
 from strata.storage.increments import Increment
 from strata.storage.manifest import StateDir
+from strata.storage.operator_stats import OperatorStats
 
 
 @dataclass
@@ -326,7 +327,7 @@ class Controller:
         check_referenced(self.layout, unit.stage.name, epoch, inputs)
         result = self.runner.run_epoch(unit.stage, inputs, epoch=epoch, fusion=unit.fusion)
         crashpoint("after-spark-commit")
-        self._apply(seq, unit, epoch, intent, result.outputs)
+        self._apply(seq, unit, epoch, intent, result.outputs, result.metrics)
         crashpoint("after-apply")
         self.collect_garbage()
         return EpochReport(unit.stage.name, epoch, intent["records_in"],
@@ -334,7 +335,9 @@ class Controller:
                            time.perf_counter() - t0, result.metrics, recovered)
 
     def _apply(self, seq: int, unit: PhysicalStage, epoch: int, intent: dict,
-               outputs: dict[str, Increment]) -> None:
+               outputs: dict[str, Increment], metrics: Mapping[str, Any] | None) -> None:
+        """Record the epoch's outputs (delivered to their consumers) and its operators'
+        statistics (the program's ``metrics["operators"]``) in one catalog transaction."""
         name = unit.stage.name
         readers = {n: [c for f in u.output_flows for c in self.catalog.consumers(f)]
                    for n, u in self.units.items()}
@@ -348,8 +351,9 @@ class Controller:
                 consumers = [c for c in consumers
                              if not scheduling.same_cycle(name, c, readers)]
             delivered.append(NewOutput(flow, inc, consumers))
+        operators = [OperatorStats.from_json(o) for o in (metrics or {}).get("operators", [])]
         self.catalog.finish_epoch(seq, name, epoch, delivered, intent["removes"],
-                                  base64.b64decode(intent["runnable_state"]))
+                                  base64.b64decode(intent["runnable_state"]), operators)
 
     # -- recovery and garbage -------------------------------------------------------------
     def recover(self, on_epoch: Callable[[EpochReport], None] | None = None
@@ -365,7 +369,8 @@ class Controller:
                 # the previous epoch (a query's replaced tables, its staging) would stay
                 # until the stage's next epoch, or for good if it never runs again
                 collect_garbage(self.layout.stage(name), u.committed)
-                self._apply(u.seq, u.unit, u.epoch, u.intent, u.committed.outputs)
+                self._apply(u.seq, u.unit, u.epoch, u.intent, u.committed.outputs,
+                            u.committed.metrics)
                 report = EpochReport(name, u.epoch, u.intent["records_in"],
                                      {f: i.records for f, i in u.committed.outputs.items()},
                                      0.0, u.committed.metrics, recovered=True)

@@ -76,6 +76,8 @@ class EpochOutcome:
     outputs: dict[str, Increment]  # output flow -> its new increment
     state: dict[str, Any]  # the program's description of its new state (JSON)
     num_partitions: int = 0
+    # JSON; "operators": per operator of the epoch, an OperatorStats record (as JSON),
+    # which the controller keeps in the catalog (strata.storage.operator_stats)
     metrics: dict[str, Any] = field(default_factory=dict)
 
 

@@ -61,13 +61,14 @@ from strata.series.evaluate import (
     view_of_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
+from strata.series.statistics import EpochNotes, epoch_operators, timed
 from strata.series.stored import (
     SEGMENT,
-    SEGMENTS,
     VIEWS,
     branch_buckets,
     branch_entries,
     branch_rows,
+    collect_views,
     column_bytes,
     increment_of,
     merged,
@@ -291,7 +292,9 @@ class SeriesProgram(StageProgram):
                 view, frame = fresh[(fp, j)]
                 tables.stage(fp, frame.withColumn(SEGMENT, F.lit(j)),
                              ["_g"] if view.kind == "partial" else [], "append")
-            writes = tables.writes()
+            noted = EpochNotes()
+            writes = [timed(w, k, noted.seconds)
+                      for k, w in zip(keep, tables.writes(), strict=True)]
             jumbo_dir = fs.join(root, f"s{n:08d}-{ctx.token}-jumbo")
             if jumbo:
                 segment = spark.read.parquet(*segments[n].files) if segments[n].files \
@@ -299,18 +302,18 @@ class SeriesProgram(StageProgram):
                 passed = [wanted[k] for k in jumbo]
                 pass_ = pass_partials(ran, passed, segment, hashed, ctx.num_partitions)
                 pass_ddl = ddl_of(pass_.drop("_b").schema)
-                writes.append(functools.partial(
+                writes.append(timed(functools.partial(
                     write_bucketed, spark, pass_, branch_buckets(len(jumbo), ctx.num_partitions),
-                    jumbo_dir, ctx.num_partitions, "_b"))
-            # an occurrence reading none of the pass's views runs with the views' writes
-            # (those written apart are read from memory); the others once the pass is
-            answered: list[str] = []
-            skipped: list[str] = []
-            driver_answers: set[str] = set()
-            early = [s for s in due if not reads_any(self.active[s.name], n, set(jumbo))]
-            run_all(spark, writes + self._answers(
-                ctx, early, n, tables, stored, fresh, stats, answered, skipped,
-                driver_answers))
+                    jumbo_dir, ctx.num_partitions, "_b"), "pass", noted.seconds))
+            # an occurrence reading none of the views written now runs with their writes;
+            # the others after them: one sharing a cached view with a write would share
+            # its shuffle stage with that write's job, and Spark's status store then
+            # records that stage as skipped in both jobs, its bytes lost to the cost model
+            answering = functools.partial(self._answers, ctx, n=n, tables=tables,
+                                          fresh=fresh, stats=stats, noted=noted)
+            early = [s for s in due
+                     if not reads_any(self.active[s.name], n, {*jumbo, *keep})]
+            run_all(spark, writes + answering(early, views=stored))
             crashpoint("series-after-views")
             written, driver_bytes = staged_views(ctx.layout, keep, tables.staged)
             if jumbo:
@@ -318,25 +321,23 @@ class SeriesProgram(StageProgram):
                 for (fp, j), entry in zip(jumbo, entries, strict=True):
                     written.setdefault(fp, {})[str(j)] = entry
             views = merged(stored, written)
-            run_all(spark, self._answers(ctx, [s for s in due if s not in early], n, tables,
-                                         views, fresh, stats, answered, skipped,
-                                         driver_answers))
-            order = [s.name for s in due]
-            answered.sort(key=order.index)
-            skipped.sort(key=order.index)
+            run_all(spark, answering([s for s in due if s not in early], views=views))
+            answered = [s.name for s in due if s.name in noted.answered]
+            skipped = [s.name for s in due if s.name in noted.skipped]
             tables.commit_files()
         finally:
             for d in cached:
                 d.unpersist()
             set_confs(spark, previous)
         outputs = {name: increment_of(ctx.output_dir(name)) for name in answered}
+        columns = column_bytes(segments[n])
         state = {**self.carried(ctx.committed.state, n), "segment": n,
                  "views": self._still_read(views, n), "choices": choices,
                  "scan": {"shared": bool(jumbo), "plan": ran,
                           "views": len(jumbo) or len(keep),
                           "forced": self.shared_scan != "auto", "estimates": estimates},
                  "estimate": estimate,  # the model's, unscaled: κ learns from it
-                 "stats": {**folded(stats, column_bytes(segments[n]),
+                 "stats": {**folded(stats, columns,
                                     view_bytes(written, n),
                                     {name: o.bytes for name, o in outputs.items()},
                                     view_rows(written, n), segments[n].records,
@@ -346,34 +347,39 @@ class SeriesProgram(StageProgram):
                    "scan_plan": ran,
                    "epoch_estimates": estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
+                   # per operator, recorded in the catalog (strata.series.statistics)
+                   "operators": epoch_operators(n, wanted, written, segments, columns,
+                                                outputs, noted.rows_in, noted.seconds),
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
                    # files the driver wrote (small views, answers): Spark does not count them
                    "driver_bytes_written": driver_bytes + sum(
-                       o.bytes for name, o in outputs.items() if name in driver_answers)}
+                       o.bytes for name, o in outputs.items() if name in noted.by_driver)}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
-    def _answers(self, ctx: EpochContext, due: Sequence[Series], n: int, tables: QueryTables,
-                 views: Mapping[str, Mapping[str, dict]],
+    def _answers(self, ctx: EpochContext, due: Sequence[Series], *, n: int,
+                 tables: QueryTables, views: Mapping[str, Mapping[str, dict]],
                  fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
-                 stats: Mapping[str, Any], answered: list[str], skipped: list[str],
-                 driver_answers: set[str]) -> list:
+                 stats: Mapping[str, Any], noted: EpochNotes) -> list:
         """One write per occurrence of ``due`` at segment ``n`` whose window's views are
-        all in ``views`` or ``fresh`` (noted in ``answered``; the others in ``skipped``)."""
+        all in ``views`` or ``fresh``; what each did is ``noted``."""
         spark, out = ctx.spark, []
         for s in due:
             plan = self.active[s.name]
             if not window_present(plan, n, views, fresh):
-                skipped.append(s.name)
+                noted.skipped.append(s.name)
                 continue
             read = functools.partial(self.read_views, spark, tables, views, fresh)
-            large = answer_through_spark(
-                stats.get("answer_rows", {}).get(s.name),
-                window_rows(plan, n, views, stats.get("rows", {})), DRIVER_ROWS)
-            out.append(functools.partial(
+            rows = window_rows(plan, n, views, stats.get("rows", {}))
+            noted.rows_in[s.name] = None if None in rows else sum(
+                r for r in rows if r is not None)
+            large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
+                                         DRIVER_ROWS)
+            out.append(timed(functools.partial(
                 write_answer, ctx, s.name, self.output_ddl(s.name),
-                occurrence(plan, n, read, spark), driver_answers,
-                f"series {s.name!r} could not answer its occurrence at segment {n}", large))
-            answered.append(s.name)
+                occurrence(plan, n, read, spark), noted.by_driver,
+                f"series {s.name!r} could not answer its occurrence at segment {n}", large),
+                s.name, noted.seconds))
+            noted.answered.append(s.name)
         return out
 
     def numbered(self, raw: Sequence[Increment], n: int, state: Mapping[str, Any] | None
@@ -501,29 +507,6 @@ class SeriesProgram(StageProgram):
 
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
-        """Delete view files ``keep`` does not name: in the co-located tables
-        (``tables/<view>/``), and the jumbo passes' directories
-        (``views/<segment and attempt>/_b=<i>/``)."""
-        live = {f for by_segment in views_of(keep).values() for e in by_segment.values()
-                for f in e["files"]}
-        for table in fs.list_dir(layout.tables_root):
-            for name in fs.list_dir(layout.table_dir(table)):
-                if fs.join(layout.table_dir(table), name) not in live:
-                    fs.delete_quietly(fs.join(layout.table_dir(table), name))
-            if not fs.list_dir(layout.table_dir(table)):
-                fs.delete_quietly(layout.table_dir(table))
-        fs.delete_quietly(layout.staging_dir())
-        fixed = {f.rsplit("/", 1)[0] for e in replaced_segments(keep.state).values()
-                 for f in e.files}
-        for name in fs.list_dir(layout.program_dir(SEGMENTS)):
-            if fs.join(layout.program_dir(SEGMENTS), name) not in fixed:
-                fs.delete_quietly(fs.join(layout.program_dir(SEGMENTS), name))
-        kept = live | {f.rsplit("/", 1)[0] for f in live}  # a pass's view: a directory
-        root = layout.program_dir(VIEWS)
-        for attempt in fs.list_dir(root):
-            top = fs.join(root, attempt)
-            for name in fs.list_dir(top):
-                if fs.join(top, name) not in kept:
-                    fs.delete_quietly(fs.join(top, name))
-            if not fs.list_dir(top):
-                fs.delete_quietly(top)
+        """Delete view files ``keep`` does not name (:func:`~strata.series.stored.
+        collect_views`)."""
+        collect_views(layout, keep)

@@ -231,3 +231,32 @@ def branch_rows(spark: SparkSession, entry: Mapping[str, Any]) -> DataFrame:
     location = entry["files"][0].rsplit("/", 1)[0]
     return read_bucketed(spark, location, entry["ddl"], [f"k{entry['branch']}"],
                          entry["buckets"], changing=False)  # written once, before any read
+
+
+def collect_views(layout: StageLayout, keep: StateSnapshot) -> None:
+    """Delete view files ``keep`` does not name: in the co-located tables
+    (``tables/<view>/``), and the jumbo passes' directories
+    (``views/<segment and attempt>/_b=<i>/``)."""
+    live = {f for by_segment in views_of(keep).values() for e in by_segment.values()
+            for f in e["files"]}
+    for table in fs.list_dir(layout.tables_root):
+        for name in fs.list_dir(layout.table_dir(table)):
+            if fs.join(layout.table_dir(table), name) not in live:
+                fs.delete_quietly(fs.join(layout.table_dir(table), name))
+        if not fs.list_dir(layout.table_dir(table)):
+            fs.delete_quietly(layout.table_dir(table))
+    fs.delete_quietly(layout.staging_dir())
+    fixed = {f.rsplit("/", 1)[0] for e in replaced_segments(keep.state).values()
+             for f in e.files}
+    for name in fs.list_dir(layout.program_dir(SEGMENTS)):
+        if fs.join(layout.program_dir(SEGMENTS), name) not in fixed:
+            fs.delete_quietly(fs.join(layout.program_dir(SEGMENTS), name))
+    kept = live | {f.rsplit("/", 1)[0] for f in live}  # a pass's view: a directory
+    root = layout.program_dir(VIEWS)
+    for attempt in fs.list_dir(root):
+        top = fs.join(root, attempt)
+        for name in fs.list_dir(top):
+            if fs.join(top, name) not in kept:
+                fs.delete_quietly(fs.join(top, name))
+        if not fs.list_dir(top):
+            fs.delete_quietly(top)

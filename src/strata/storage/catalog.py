@@ -14,10 +14,13 @@ Tables:
                        epoch runs and marked applied in the same transaction that applies
                        them (after a crash, an unapplied entry is re-run or re-applied,
                        never both, never twice)
+``operator_stats``     per stage, epoch and operator: rows and bytes in and out, seconds,
+                       recorded with the epoch (:mod:`strata.storage.operator_stats`)
 
 Every change is one SQLite transaction, so a crash leaves the catalog as it was before or
-after it, never in between. This is the only module that speaks SQL: its methods are
-named by what they mean to the controller.
+after it, never in between. This module and ``operator_stats.py`` (its one table of
+statistics) are the only ones that speak SQL: their functions are named by what they
+mean to the controller.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from enum import StrEnum
 from typing import Any
 
 from strata.faults import crashpoint
+from strata.storage import operator_stats
 from strata.storage.increments import Increment
+from strata.storage.operator_stats import OperatorStats
 
 
 class IncrementKind(StrEnum):
@@ -164,7 +169,7 @@ class Catalog:
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA)
+        self.db.executescript(SCHEMA + operator_stats.TABLE)
         self._upgrade()
 
     def _upgrade(self) -> None:
@@ -440,6 +445,12 @@ class Catalog:
             "WHERE q.consumer = ?", (consumer,)).fetchone()[0]
 
     # -- write-ahead log ---------------------------------------------------------------
+    def operator_stats(self, stage: str, operators: Sequence[str] | None = None,
+                       last_epochs: int | None = None) -> list[dict[str, Any]]:
+        """The statistics recorded per operator and epoch of ``stage``, oldest first
+        (:func:`strata.storage.operator_stats.select`)."""
+        return operator_stats.select(self.db, stage, operators, last_epochs)
+
     def log_intent(self, stage: str, epoch: int, intent: dict) -> int:
         """Log what an epoch will read and remove, before it runs; its sequence number."""
         with self._transaction() as db:
@@ -460,11 +471,13 @@ class Catalog:
         return [(s, st, e, json.loads(i)) for s, st, e, i in rows]
 
     def finish_epoch(self, seq: int, stage: str, epoch: int, outputs: Sequence[NewOutput],
-                     removes: Mapping[str, Sequence[int]], runnable_state: bytes) -> None:
+                     removes: Mapping[str, Sequence[int]], runnable_state: bytes,
+                     operators: Sequence[OperatorStats] = ()) -> None:
         """Apply logged epoch ``seq`` in one transaction: record and deliver its outputs,
-        dequeue what it removed (``flow -> queue positions``), advance the stage and mark
-        the intent applied."""
+        dequeue what it removed (``flow -> queue positions``), record its ``operators``'
+        statistics, advance the stage and mark the intent applied."""
         with self._transaction() as db:
+            operator_stats.insert(db, stage, epoch, operators)
             for out in outputs:
                 inc_id = self._add(db, out.flow, IncrementKind.OUTPUT, stage, epoch,
                                    out.increment, epoch, retained=not out.consumers)
