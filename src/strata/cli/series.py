@@ -458,9 +458,11 @@ def _recorded_lines(recorded: list[dict]) -> list[str]:
     if not recorded:
         return []
     newest = max(r["epoch"] for r in recorded)
-    lines = [f"recorded in the catalog, epoch {newest} (segment "
-             f"{recorded[-1]['segment']}):"]
-    for r in (r for r in recorded if r["epoch"] == newest):
+    rows = [r for r in recorded if r["epoch"] == newest]
+    segment = max((r["segment"] for r in rows if r["segment"] is not None), default=None)
+    lines = [f"recorded in the catalog, epoch {newest}"
+             + ("" if segment is None else f" (segment {segment})") + ":"]
+    for r in rows:
         took = "" if r["seconds"] is None else f", {r['seconds']:.2f} s"
         read = "" if r["rows_in"] is None else f"{r['rows_in']:,} rows in, "
         lines.append(f"  {r['operator']}: {read}{r['rows_out']:,} rows out, "

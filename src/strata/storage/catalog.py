@@ -15,12 +15,11 @@ Tables:
                        them (after a crash, an unapplied entry is re-run or re-applied,
                        never both, never twice)
 ``operator_stats``     per stage, epoch and operator: rows and bytes in and out, seconds,
-                       recorded with the epoch (:mod:`strata.storage.operator_stats`)
+                       recorded with the epoch (:class:`OperatorStats`)
 
 Every change is one SQLite transaction, so a crash leaves the catalog as it was before or
-after it, never in between. This module and ``operator_stats.py`` (its one table of
-statistics) are the only ones that speak SQL: their functions are named by what they
-mean to the controller.
+after it, never in between. This is the only module that speaks SQL: its methods are
+named by what they mean to the controller.
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ from enum import StrEnum
 from typing import Any
 
 from strata.faults import crashpoint
-from strata.storage import operator_stats
 from strata.storage.increments import Increment
+from strata.storage.operator_stats import COLUMNS as OPERATOR_COLUMNS
 from strata.storage.operator_stats import OperatorStats
 
 
@@ -74,6 +73,10 @@ CREATE TABLE IF NOT EXISTS registered_stages (
 CREATE TABLE IF NOT EXISTS wal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL, epoch INTEGER NOT NULL,
     intent TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS operator_stats (
+    stage TEXT NOT NULL, epoch INTEGER NOT NULL, operator TEXT NOT NULL, segment INTEGER,
+    rows_in INTEGER, rows_out INTEGER, bytes_in INTEGER, bytes_out INTEGER, seconds REAL,
+    PRIMARY KEY (stage, epoch, operator));
 """
 INCREMENTS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -169,7 +172,7 @@ class Catalog:
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA + operator_stats.TABLE)
+        self.db.executescript(SCHEMA)
         self._upgrade()
 
     def _upgrade(self) -> None:
@@ -447,9 +450,22 @@ class Catalog:
     # -- write-ahead log ---------------------------------------------------------------
     def operator_stats(self, stage: str, operators: Sequence[str] | None = None,
                        last_epochs: int | None = None) -> list[dict[str, Any]]:
-        """The statistics recorded per operator and epoch of ``stage``, oldest first
-        (:func:`strata.storage.operator_stats.select`)."""
-        return operator_stats.select(self.db, stage, operators, last_epochs)
+        """The statistics recorded per operator and epoch of ``stage`` (of ``operators``
+        only, if given; of its ``last_epochs`` newest epochs, if given), by epoch, then
+        operator: each an :class:`OperatorStats` record as a dict, with its ``epoch``."""
+        where = "stage = ?"
+        args: list[Any] = [stage]
+        if operators is not None:
+            where += f" AND operator IN ({', '.join('?' * len(operators))})"
+            args += list(operators)
+        if last_epochs is not None:
+            where += (" AND epoch > (SELECT coalesce(max(epoch), 0) FROM operator_stats "
+                      "WHERE stage = ?) - ?")
+            args += [stage, last_epochs]
+        names = ["epoch", *OPERATOR_COLUMNS]
+        rows = self.db.execute(f"SELECT {', '.join(names)} FROM operator_stats "
+                               f"WHERE {where} ORDER BY epoch, operator", args).fetchall()
+        return [dict(zip(names, r, strict=True)) for r in rows]
 
     def log_intent(self, stage: str, epoch: int, intent: dict) -> int:
         """Log what an epoch will read and remove, before it runs; its sequence number."""
@@ -477,7 +493,12 @@ class Catalog:
         dequeue what it removed (``flow -> queue positions``), record its ``operators``'
         statistics, advance the stage and mark the intent applied."""
         with self._transaction() as db:
-            operator_stats.insert(db, stage, epoch, operators)
+            db.executemany(  # an epoch recorded again replaces its rows
+                f"INSERT OR REPLACE INTO operator_stats (stage, epoch, "
+                f"{', '.join(OPERATOR_COLUMNS)}) VALUES (?, ?, "
+                f"{', '.join('?' * len(OPERATOR_COLUMNS))})",
+                [(stage, epoch, *(getattr(o, c) for c in OPERATOR_COLUMNS))
+                 for o in operators])
             for out in outputs:
                 inc_id = self._add(db, out.flow, IncrementKind.OUTPUT, stage, epoch,
                                    out.increment, epoch, retained=not out.consumers)
