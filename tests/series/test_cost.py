@@ -348,11 +348,11 @@ def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
 
 def test_an_answer_goes_through_spark_when_expected_larger_than_the_driver_takes():
     # its last answers decide, once it has answered
-    assert answer_through_spark(120.0, [1.0], 100)
-    assert not answer_through_spark(80.0, [90.0, 90.0], 100)
+    assert answer_through_spark(120.0, 1.0, 100)
+    assert not answer_through_spark(80.0, 180.0, 100)
     # before: the rows of its window's views bound an aggregate's groups
-    assert answer_through_spark(None, [60.0, 50.0], 100)
-    assert not answer_through_spark(None, [60.0, 40.0], 100)
-    # a view of unknown rows, or no views at all: the driver tries first
-    assert not answer_through_spark(None, [600.0, None], 100)
-    assert not answer_through_spark(None, [], 100)
+    assert answer_through_spark(None, 110.0, 100)
+    assert not answer_through_spark(None, 100.0, 100)
+    # a view of unknown rows (window_rows gives None), or no views: the driver tries first
+    assert not answer_through_spark(None, None, 100)
+    assert not answer_through_spark(None, 0.0, 100)

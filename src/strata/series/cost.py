@@ -357,16 +357,15 @@ def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, flo
     return out
 
 
-def answer_through_spark(answer_rows: float | None, window_rows: Sequence[float | None],
+def answer_through_spark(answer_rows: float | None, window_rows: float | None,
                          limit: int) -> bool:
     """Whether an occurrence writes its answer through Spark at once, instead of first
     collecting up to ``limit`` rows into the driver, which computes a larger answer twice
     (collected, found too large, computed again to be written): yes when the series'
     answers so far had more than ``limit`` rows (``answer_rows``, None before its first),
-    or, before its first, when the rows of the views its window merges
-    (``window_rows``, None where not known) add up to more: a bound on the groups of an
-    aggregate. A smaller answer written by Spark costs one job, as the driver's does."""
+    or, before its first, when the rows of the views its window merges (``window_rows``,
+    None if not known) add up to more: a bound on the groups of an aggregate. A smaller
+    answer written by Spark costs one job, as the driver's does."""
     if answer_rows is not None:
         return answer_rows > limit
-    return bool(window_rows) and None not in window_rows and \
-        sum(r for r in window_rows if r is not None) > limit
+    return window_rows is not None and window_rows > limit

@@ -369,9 +369,8 @@ class SeriesProgram(StageProgram):
                 noted.skipped.append(s.name)
                 continue
             read = functools.partial(self.read_views, spark, tables, views, fresh)
-            rows = window_rows(plan, n, views, stats.get("rows", {}))
-            noted.rows_in[s.name] = None if None in rows else sum(
-                r for r in rows if r is not None)
+            rows = noted.rows_in[s.name] = window_rows(plan, n, views,
+                                                      stats.get("rows", {}))
             large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
                                          DRIVER_ROWS)
             out.append(timed(functools.partial(

@@ -89,30 +89,34 @@ def view_rows(views: Mapping[str, Mapping[str, dict]], segment: int) -> dict[str
     return {fp: e[str(segment)]["records"] for fp, e in views.items() if str(segment) in e}
 
 
-def window_rows(plan: SeriesPlan, newest: int, views: Mapping[str, Mapping[str, dict]],
-                known: Mapping[str, float]) -> list[float | None]:
-    """The rows of each view the occurrence ``newest`` of ``plan`` reads: a stored view's
-    from its entry, one computed this epoch from the view's statistics ``known`` (its
-    rows per segment so far), None if neither says."""
+def window_keys(plan: SeriesPlan, newest: int) -> list[tuple[str, int]]:
+    """``(fingerprint, segment)`` of each view the occurrence ``newest`` of ``plan``
+    reads."""
     window = plan.schedule.window(newest)
-    return [views.get(v.fingerprint, {}).get(str(j), {}).get("records",
-                                                             known.get(v.fingerprint))
-            for v in plan.view_list() for j in window[v.table]]
+    return [(v.fingerprint, j) for v in plan.view_list() for j in window[v.table]]
+
+
+def window_rows(plan: SeriesPlan, newest: int, views: Mapping[str, Mapping[str, dict]],
+                known: Mapping[str, float]) -> float | None:
+    """The rows of the views the occurrence ``newest`` of ``plan`` reads, together: a
+    stored view's from its entry, one computed this epoch from the view's statistics
+    ``known`` (its rows per segment so far); None if neither says for one of them."""
+    rows = [views.get(fp, {}).get(str(j), {}).get("records", known.get(fp))
+            for fp, j in window_keys(plan, newest)]
+    return None if None in rows else sum(r for r in rows if r is not None)
 
 
 def reads_any(plan: SeriesPlan, n: int, views: set[tuple[str, int]]) -> bool:
     """Whether the occurrence of ``plan`` at segment ``n`` reads one of ``views``."""
-    window = plan.schedule.window(n)
-    return any((v.fingerprint, j) in views for v in plan.view_list() for j in window[v.table])
+    return any(key in views for key in window_keys(plan, n))
 
 
 def window_present(plan: SeriesPlan, n: int, views: Mapping[str, Mapping[str, dict]],
-                    fresh: Mapping[tuple[str, int], Any]) -> bool:
+                   fresh: Mapping[tuple[str, int], Any]) -> bool:
     """Whether every view the occurrence of ``plan`` at segment ``n`` reads is stored
     (in ``views``) or computed this epoch (in ``fresh``)."""
-    window = plan.schedule.window(n)
-    return all((v.fingerprint, j) in fresh or str(j) in views.get(v.fingerprint, {})
-               for v in plan.view_list() for j in window[v.table])
+    return all((fp, j) in fresh or str(j) in views.get(fp, {})
+               for fp, j in window_keys(plan, n))
 
 
 def column_bytes(segment: Increment) -> dict[str, float]:
