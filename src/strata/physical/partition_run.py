@@ -147,7 +147,7 @@ class PartitionRun:
     def _translate_all(self, groups, bcast, own, pending, bbstate) -> dict:
         t, st = self.t, self.stage.state
         grouping = st.grouping if st is not None else None
-        stored: dict[bytes, tuple[Any, list]] = {}
+        stored: dict[bytes, tuple[Any, Any]] = {}  # records: a list or a tuple
         if st is not None and t.mode == "direct":
             self.store = t.open_store(self.p)
             if grouping == "outer":
@@ -161,7 +161,7 @@ class PartitionRun:
         state_of = dict(stored) if pending else stored
         for enc, (key, recs) in pending.items():
             old = state_of.get(enc)
-            state_of[enc] = (key, (old[1] + recs) if old else recs)
+            state_of[enc] = (key, [*old[1], *recs] if old else recs)
 
         state_only = ([enc for enc in state_of if enc not in groups] if grouping == "outer"
                       else [])
@@ -303,14 +303,22 @@ class PartitionRun:
             result["pending"] = uri
         return result
 
+    def _writes_whole_table(self) -> bool:
+        """Is the new state run the epoch's state writes as one table, as they are? So in
+        direct mode with outer grouping over columnar runs: every stored key was called,
+        and what translate wrote is the partition's whole state."""
+        st = self.stage.state
+        return (self.t.mode == "direct" and st is not None and st.grouping == "outer"
+                and isinstance(self.store, DirectColumns))
+
     def _write_direct(self, called: set, stored: dict, pending: dict) -> list[RunInfo]:
         t, store, st = self.t, self.store, self.stage.state
         assert store is not None and st is not None  # direct mode, a stage with state
         run_id = f"e{t.epoch:08d}-{t.token}"
         written = self.local_table  # the records of self.local as one table, if known
         if st.grouping == "outer":
-            if written is not None and isinstance(store, DirectColumns):
-                return [store.write_table(run_id, written)]
+            if written is not None and self._writes_whole_table():
+                return [store.write_table(run_id, written)]  # type: ignore[union-attr]
             entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
             return [store.write_run(run_id, entries)] if entries else []
         # translate saw the called keys: their state is what it wrote, or a tombstone
@@ -331,7 +339,7 @@ class PartitionRun:
             old.update({e: stored[e] for e in carry if e in stored})
             for enc in carry:
                 key = (self.local.get(enc) or pending.get(enc) or old[enc])[0]
-                recs = (old[enc][1] if enc in old else []) + (
+                recs = (list(old[enc][1]) if enc in old else []) + (
                     pending[enc][1] if enc in pending else []) + (
                     self.local[enc][1] if enc in self.local else [])
                 entries.append((enc, key, recs))
@@ -371,7 +379,7 @@ class PartitionRun:
         the schema makes it) under its own key: here, or bound for another partition."""
         if not self.state_written:
             return
-        records = [r for r, _, _ in self.state_written]
+        records = list(map(operator.itemgetter(0), self.state_written))
         res = next((table for buf, table in self.output_tables
                     if _same_records(buf, records) and table.schema.equals(schema)), None)
         if res is None:
@@ -390,6 +398,9 @@ class PartitionRun:
             misplaced = [i for i, (rec, key, enc) in enumerate(written)
                          if not (type(v := rec[field]) is exact and type(key) is exact
                                  and v == key and enc is not None)]
+            if not misplaced and self._writes_whole_table():
+                self.local_table = res  # the new run is this table: no per-key filing
+                return
             gone = set(misplaced)
             placed: list[tuple[dict, Any, Any]] = (  # each with its encoding (not None)
                 written if not misplaced else [w for i, w in enumerate(written) if i not in gone])

@@ -111,9 +111,9 @@ class DirectColumns:
         return pa.table({self.column: column})
 
     def _grouped(self, table: pa.Table, wanted: Mapping[bytes, Any] | None
-                 ) -> dict[bytes, tuple[Any, list[dict]]]:
+                 ) -> dict[bytes, tuple[Any, Sequence[dict]]]:
         """``enc -> (key, records)`` of ``table``'s rows (only the ``wanted`` encs)."""
-        found: dict[bytes, tuple[Any, list[dict]]] = {}
+        found: dict[bytes, tuple[Any, Any]] = {}  # records: a list or a 1-tuple
         if self.column is None:
             encs = table[ENC].to_pylist()
             records = records_of(table.drop_columns([ENC]))
@@ -122,12 +122,11 @@ class DirectColumns:
         else:
             column = table.column(self.column)
             encs, keys, records = encode_column(column), column.to_pylist(), records_of(table)
-            if wanted is None:  # a scan: one record per key is the common case, built in bulk
-                found = {enc: (key, [rec])
-                         for enc, key, rec in zip(encs, keys, records, strict=True)}
-                if len(found) == len(records):
-                    return found
-                found = {}
+            if wanted is None:  # a scan: one record per key is the common case, built in
+                # bulk with no Python per key (each key's records a 1-tuple, not a list)
+                bulk: dict = dict(zip(encs, zip(keys, zip(records), strict=True), strict=True))
+                if len(bulk) == len(records):
+                    return bulk
             pairs = zip(encs, keys, records, strict=True)
         for enc, key, rec in pairs:
             if wanted is not None and enc not in wanted:
@@ -143,7 +142,7 @@ class DirectColumns:
                 group[1].append(rec)
         return found
 
-    def lookup(self, keys: Mapping[bytes, Any]) -> dict[bytes, tuple[Any, list[dict]]]:
+    def lookup(self, keys: Mapping[bytes, Any]) -> dict[bytes, tuple[Any, Sequence[dict]]]:
         """``enc -> (key, records)`` for the live keys among ``keys`` (``enc -> key``)."""
         if not keys or not self.store.runs:
             return {}
@@ -152,10 +151,11 @@ class DirectColumns:
     def scan(self) -> Iterator[Entry]:
         """Every live ``(enc, key, records)`` of the partition."""
         for enc, (key, records) in self.live().items():
-            yield enc, key, records
+            yield enc, key, list(records)
 
-    def live(self) -> dict[bytes, tuple[Any, list[dict]]]:
-        """Every live key of the partition: ``enc -> (key, records)``."""
+    def live(self) -> dict[bytes, tuple[Any, Sequence[dict]]]:
+        """Every live key of the partition: ``enc -> (key, records)``; the records are a
+        list or a tuple (read-only either way)."""
         return self._grouped(self.store.scan(), None)
 
     def write_run(self, run_id: str, entries: Iterable[Entry]) -> RunInfo:
