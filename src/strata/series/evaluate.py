@@ -163,13 +163,12 @@ def reordered_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     and group. Rows as :func:`jumbo_partials` gives them."""
     pass_ = _Expansion(views, segment)
     view_keys = [_stream_keys(v) for v in views]
-    view_parts = [group_plan(v.node, v.monoids).parts for v in views]
+    view_parts = pass_.parts
     shared = view_keys[0]
     columns = {c: _quoted(views[0].prefix + c) for c in segment.columns}
     keys = [F.expr(bind(sql, columns)).alias(f"_s{m}") for m, sql in enumerate(shared)]
     aggs = []
-    for i, (v, parts) in enumerate(zip(views, view_parts, strict=True)):
-        where, defs = row_exprs(v.node.child)
+    for i, ((where, defs), parts) in enumerate(zip(pass_.rows, view_parts, strict=True)):
         aggs += [F.expr(_filtered(bind(p.lift, defs), where)).alias(f"b{i}__{p.name}")
                  for p in parts]
     base = pass_.base.where(functools.reduce(operator.or_, pass_.wheres))
@@ -233,39 +232,55 @@ def _filtered(aggregate: str, where: str | None) -> str:
 
 
 class _Expansion:
-    """What a jumbo pass computes over a segment: ``base`` (its columns under every
-    view's prefix and ``_mult``), per view its filter, its key struct and its values, and
-    the aggregates of every view's monoid parts."""
+    """What a pass over a segment computes: ``base`` (its columns under every view's
+    prefix and ``_mult``), per view its row expressions, filter and monoid parts, and the
+    names of every view's aggregated parts (``values``). The jumbo pass's per-view key
+    structs and values (``fields``) and aggregates (``aggs``) are built when first read."""
 
     def __init__(self, views: Sequence[View], segment: DataFrame) -> None:
         prefixes = sorted({v.prefix for v in views})
         self.base = segment.select(
             *[F.col(f"`{c}`").alias(p + c) for p in prefixes for c in segment.columns],
             F.lit(1).cast("bigint").alias(MULT))
-        self.fields: list[list[tuple[str, Column]]] = []  # per view: its key and values
-        self.wheres: list[Column] = []
-        self.aggs: list[Column] = []
-        self.values: list[str] = []  # the aggregates' names
-        for i, v in enumerate(views):
-            node = v.node
-            assert isinstance(node, GroupBy)
-            where, defs = row_exprs(node.child)
+        self.nodes: list[GroupBy] = []
+        for v in views:
+            assert isinstance(v.node, GroupBy)
+            self.nodes.append(v.node)
+        self.rows = [row_exprs(node.child) for node in self.nodes]  # (filter, definitions)
+        self.parts = [group_plan(node, v.monoids).parts
+                      for node, v in zip(self.nodes, views, strict=True)]
+        self.wheres = [F.expr(where) if where else F.lit(True) for where, _ in self.rows]
+        self.values = [f"b{i}__{p.name}" for i, parts in enumerate(self.parts) for p in parts]
+        self.keys = [f"k{i}" for i in range(len(views))]
+
+    def _read(self, i: int) -> dict[str, str]:
+        """View ``i``'s row definitions that its monoid parts' lifts read."""
+        used = {c.name for p in self.parts[i] for c in sqlglot.parse_one(p.lift, read="spark")
+                .find_all(exp.Column)}
+        return {c: sql for c, sql in self.rows[i][1].items() if c in used}
+
+    @functools.cached_property
+    def fields(self) -> list[list[tuple[str, Column]]]:
+        """Per view: its key struct and the values its lifts read."""
+        fields = []
+        for i, node in enumerate(self.nodes):
+            defs = self.rows[i][1]
             keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
                 F.lit(0).alias("_t")]
-            parts = group_plan(node, v.monoids).parts
-            used = {c.name for p in parts for c in sqlglot.parse_one(p.lift, read="spark")
-                    .find_all(exp.Column)}
-            defs = {c: sql for c, sql in defs.items() if c in used}  # what the lifts read
-            self.fields.append([(f"k{i}", F.struct(*keys)),
-                                *[(f"b{i}__{c}", F.expr(sql)) for c, sql in defs.items()]])
-            self.wheres.append(F.expr(where) if where else F.lit(True))
+            fields.append([(f"k{i}", F.struct(*keys)),
+                           *[(f"b{i}__{c}", F.expr(sql)) for c, sql in self._read(i).items()]])
+        return fields
+
+    @functools.cached_property
+    def aggs(self) -> list[Column]:
+        """Every view's monoid parts, aggregated over that view's rows of the expansion."""
+        aggs = []
+        for i, parts in enumerate(self.parts):
             # other views' rows count for nothing (NULL parts: fewer bytes in the files)
-            renamed = {c: f"`b{i}__{c}`" for c in defs} | {
+            renamed = {c: f"`b{i}__{c}`" for c in self._read(i)} | {
                 MULT: f"IF(`_b` = {i}, `{MULT}`, NULL)"}
-            self.values += [f"b{i}__{p.name}" for p in parts]
-            self.aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}")
-                          for p in parts]
-        self.keys = [f"k{i}" for i in range(len(views))]
+            aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}") for p in parts]
+        return aggs
 
     def expand(self) -> Column:
         """Each row as one row per view whose filter it passes, tagged ``_b``: other
