@@ -317,8 +317,8 @@ class PartitionRun:
         run_id = f"e{t.epoch:08d}-{t.token}"
         written = self.local_table  # the records of self.local as one table, if known
         if st.grouping == "outer":
-            if written is not None and self._writes_whole_table():
-                return [store.write_table(run_id, written)]  # type: ignore[union-attr]
+            if written is not None and isinstance(store, DirectColumns):
+                return [store.write_table(run_id, written)]  # see _writes_whole_table
             entries = [(enc, kv[0], kv[1]) for enc, kv in self.local.items()]
             return [store.write_run(run_id, entries)] if entries else []
         # translate saw the called keys: their state is what it wrote, or a tombstone

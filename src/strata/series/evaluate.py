@@ -253,11 +253,15 @@ class _Expansion:
         self.values = [f"b{i}__{p.name}" for i, parts in enumerate(self.parts) for p in parts]
         self.keys = [f"k{i}" for i in range(len(views))]
 
-    def _read(self, i: int) -> dict[str, str]:
-        """View ``i``'s row definitions that its monoid parts' lifts read."""
-        used = {c.name for p in self.parts[i] for c in sqlglot.parse_one(p.lift, read="spark")
-                .find_all(exp.Column)}
-        return {c: sql for c, sql in self.rows[i][1].items() if c in used}
+    @functools.cached_property
+    def read(self) -> list[dict[str, str]]:
+        """Per view: its row definitions that its monoid parts' lifts read."""
+        read = []
+        for (_, defs), parts in zip(self.rows, self.parts, strict=True):
+            used = {c.name for p in parts for c in sqlglot.parse_one(p.lift, read="spark")
+                    .find_all(exp.Column)}
+            read.append({c: sql for c, sql in defs.items() if c in used})
+        return read
 
     @functools.cached_property
     def fields(self) -> list[list[tuple[str, Column]]]:
@@ -268,7 +272,7 @@ class _Expansion:
             keys = [F.expr(bind(to_sql(e), defs)).alias(n) for n, e in node.keys] or [
                 F.lit(0).alias("_t")]
             fields.append([(f"k{i}", F.struct(*keys)),
-                           *[(f"b{i}__{c}", F.expr(sql)) for c, sql in self._read(i).items()]])
+                           *[(f"b{i}__{c}", F.expr(sql)) for c, sql in self.read[i].items()]])
         return fields
 
     @functools.cached_property
@@ -277,7 +281,7 @@ class _Expansion:
         aggs = []
         for i, parts in enumerate(self.parts):
             # other views' rows count for nothing (NULL parts: fewer bytes in the files)
-            renamed = {c: f"`b{i}__{c}`" for c in self._read(i)} | {
+            renamed = {c: f"`b{i}__{c}`" for c in self.read[i]} | {
                 MULT: f"IF(`_b` = {i}, `{MULT}`, NULL)"}
             aggs += [F.expr(bind(p.lift, renamed)).alias(f"b{i}__{p.name}") for p in parts]
         return aggs
