@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -154,6 +155,7 @@ class QueryTables:
         self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
         self._read: dict[str, DataFrame | None] = {}
         self._arrow: dict[str, pa.Table | None] = {}
+        self._reading = threading.Lock()
         if sweep:
             self._sweep()
 
@@ -171,9 +173,10 @@ class QueryTables:
 
     def read(self, name: str) -> DataFrame | None:
         """The committed table (bucketed by its lineage), or None if it has no rows yet."""
-        if name not in self._read:  # its files do not change before the epoch commits
-            self._read[name] = self._open(name)
-        return self._read[name]
+        with self._reading:  # epochs plan their writes in threads (frames.run_all)
+            if name not in self._read:  # its files do not change before the epoch commits
+                self._read[name] = self._open(name)
+            return self._read[name]
 
     def has(self, name: str) -> bool:
         """Whether committed table ``name`` has rows (files)."""

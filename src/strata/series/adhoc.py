@@ -23,7 +23,13 @@ from strata.series.evaluate import jumbo_branch, occurrence, view_of_segment
 from strata.series.normalize import View
 from strata.series.program import Series, SeriesProgram, plan_of
 from strata.series.stage import series_stage_name
-from strata.series.stored import SEGMENT, branch_rows, segment_of, view_tables
+from strata.series.stored import (
+    SEGMENT,
+    branch_rows,
+    read_segment,
+    segment_of,
+    view_tables,
+)
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -83,7 +89,7 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
                     parts.append(t.where(F.col(SEGMENT) == j).drop(SEGMENT))
                 where.append(f"{j}: stored view")
             elif j in raw:
-                parts.append(view_of_segment(view, _segment(spark, raw[j], program.columns)))
+                parts.append(view_of_segment(view, read_segment(spark, raw[j], program.columns)))
                 where.append(f"{j}: raw segment")
             else:
                 raise StrataError(
@@ -96,7 +102,7 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
         lines.append(f"view {view.fingerprint} ({view.kind}) of segments "
                      + "; ".join(where))
         if not parts:
-            return view_of_segment(view, _segment(spark, Increment(), program.columns))
+            return view_of_segment(view, read_segment(spark, Increment(), program.columns))
         return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
     answer = occurrence(plan, n, read, spark)
@@ -115,10 +121,4 @@ def _spans(segments: Mapping) -> str:
         else:
             runs.append([j, j])
     return ", ".join(f"{a}–{b}" if a < b else str(a) for a, b in runs)
-
-
-def _segment(spark: SparkSession, inc: Increment, columns: Mapping[str, str]) -> DataFrame:
-    if inc.files:
-        return spark.read.parquet(*inc.files)
-    return spark.createDataFrame([], ", ".join(f"`{c}` {t}" for c, t in columns.items()))
 

@@ -22,7 +22,7 @@ dropped from the state and collected with the epoch's garbage. See ``docs/series
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,7 @@ from strata.series.stored import (
     column_bytes,
     increment_of,
     merged,
+    read_segment,
     reads_any,
     replaced_segments,
     segment_of,
@@ -297,8 +298,7 @@ class SeriesProgram(StageProgram):
                       for k, w in zip(keep, tables.writes(), strict=True)]
             jumbo_dir = fs.join(root, f"s{n:08d}-{ctx.token}-jumbo")
             if jumbo:
-                segment = spark.read.parquet(*segments[n].files) if segments[n].files \
-                    else spark.createDataFrame([], spark_schema(self.columns))
+                segment = read_segment(spark, segments[n], self.columns)
                 passed = [wanted[k] for k in jumbo]
                 pass_ = pass_partials(ran, passed, segment, hashed, ctx.num_partitions)
                 pass_ddl = ddl_of(pass_.drop("_b").schema)
@@ -374,12 +374,19 @@ class SeriesProgram(StageProgram):
             large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
                                          DRIVER_ROWS)
             out.append(timed(functools.partial(
-                write_answer, ctx, s.name, self.output_ddl(s.name),
-                occurrence(plan, n, read, spark), noted.by_driver,
-                f"series {s.name!r} could not answer its occurrence at segment {n}", large),
+                self._answer, ctx, s.name, n, read, noted.by_driver, large),
                 s.name, noted.seconds))
             noted.answered.append(s.name)
         return out
+
+    def _answer(self, ctx: EpochContext, name: str, n: int, read: Callable,
+                by_driver: set[str], large: bool) -> None:
+        """Plan series ``name``'s occurrence at segment ``n`` and write its answer. It runs
+        in a write thread: the epoch's answers are planned together, and with the views'
+        writes (planning is mostly calls into the JVM, which leave the GIL free)."""
+        write_answer(ctx, name, self.output_ddl(name),
+                     occurrence(self.active[name], n, read, ctx.spark), by_driver,
+                     f"series {name!r} could not answer its occurrence at segment {n}", large)
 
     def numbered(self, raw: Sequence[Increment], n: int, state: Mapping[str, Any] | None
                  ) -> dict[int, Increment]:
@@ -431,8 +438,7 @@ class SeriesProgram(StageProgram):
         scans: dict[int, DataFrame] = {}
         for _, j in wanted:
             if j not in scans:
-                scans[j] = ctx.spark.read.parquet(*segments[j].files) if segments[j].files \
-                    else ctx.spark.createDataFrame([], spark_schema(self.columns))
+                scans[j] = read_segment(ctx.spark, segments[j], self.columns)
         frames = {}
         for key, v in wanted.items():
             d = view_of_segment(v, scans[key[1]])

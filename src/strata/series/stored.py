@@ -160,6 +160,17 @@ def spark_schema(columns: Mapping[str, str]):
     return spark_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
 
 
+def read_segment(spark: SparkSession, segment: Increment, columns: Mapping[str, str]
+                 ) -> DataFrame:
+    """A raw segment's rows, columns ``columns``. Its files have the stream's schema (an
+    ingest casts the rows it copies and checks a referenced file's types), so Spark is
+    given it instead of running a job that reads a footer to infer it."""
+    schema = spark_schema(columns)
+    if not segment.files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*segment.files)
+
+
 def segment_of(snap: StateSnapshot) -> int:
     """The newest segment the stage has read (epochs that only corrected segments read
     none, so after one the epoch and the segment differ)."""
