@@ -48,6 +48,33 @@ def test_table_files_are_in_sparks_own_buckets(spark, tmp_path, mode):
     assert len(set(reference.values())) == n
 
 
+def test_tables_the_driver_writes_stay_in_its_file_cache(spark, tmp_path, monkeypatch):
+    """Rows the driver holds are written with pyarrow and kept in the driver's file cache
+    under the names their files have once committed, so the next epoch in the driver
+    reads them from memory; what it keeps is what the files hold."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from strata.queries import driver_rows
+    from strata.storage import increments
+    from strata.storage.table_cache import TableCache
+
+    cache = TableCache(64 << 20)
+    monkeypatch.setattr(increments, "FILE_CACHE", cache)
+    monkeypatch.setattr("strata.queries.tables.FILE_CACHE", cache)
+    rows = pa.table({"_g": pa.array([i % 37 for i in range(500)], pa.int64()),
+                     "v": pa.array(range(500), pa.int64())})
+    schema = StructType([StructField("_g", LongType()), StructField("v", LongType())])
+    tables = QueryTables(spark, StageLayout(str(tmp_path / "state"), "t"), {}, 4, "token")
+    tables.stage("t", driver_rows.from_arrow(spark, rows, schema), ["_g"], "replace")
+    for write in tables.writes():
+        write()
+    files = tables.commit_files()["t"]["files"]
+    assert len(files) == 4 and set(cache) == set(files)  # one file per bucket
+    for f in files:
+        assert cache.get(f).to_pylist() == pq.read_table(f).to_pylist()
+    assert sum(cache.get(f).num_rows for f in files) == 500
+
+
 def _run(spark, home: Path) -> tuple[list, list, list]:
     df = Dataflow("w")
     df.source("R", "k bigint, x bigint")

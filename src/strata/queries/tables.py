@@ -35,7 +35,7 @@ from strata.queries import driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import read_table, row_count, write_table
+from strata.storage.increments import FILE_CACHE, read_table, row_count, write_table
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
@@ -70,16 +70,23 @@ class _Staged:
     rows: int | None = None  # of a replacing write, once written
 
 
-def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: str
-                   ) -> list[str]:
+def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: str,
+                   cache: bool = False) -> list[str]:
     """Write ``table``'s rows into ``path``, one file per value of ``bucket`` (each row's
-    bucket), named as ``bucketBy`` names a bucket's files; the files, by bucket."""
+    bucket), named as ``bucketBy`` names a bucket's files; the files, by bucket. With
+    ``cache``, each file's rows are kept in the driver's file cache as written."""
     files = []
     for b in sorted(pc.unique(bucket).to_pylist()):
         uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
-        write_table(uri, table.filter(pc.equal(bucket, b)))
+        _write_file(uri, table.filter(pc.equal(bucket, b)), cache)
         files.append(uri)
     return files
+
+
+def _write_file(uri: str, table: pa.Table, cache: bool) -> None:
+    write_table(uri, table)
+    if cache:
+        FILE_CACHE.put(uri, table)
 
 
 def bucket_of(lineage: Sequence[str], n: int) -> Column:
@@ -253,17 +260,19 @@ class QueryTables:
         """Write rows the driver holds with pyarrow, no Spark job: a bucketed table's
         rows split by their bucket as Spark computes it (:mod:`strata.physical.spark_hash`),
         one file per bucket. False (nothing written) if a lineage column's type is one
-        that module leaves to Spark."""
+        that module leaves to Spark. The files' rows are kept in the driver's file cache
+        (moved with the files at commit): the next epoch in the driver reads the tables
+        it wrote from there, not from disk."""
         if s.lineage:
             bucket = spark_hash.partitions([table.column(c) for c in s.lineage], self.n)
             if bucket is None:
                 return False
-            files = _write_buckets(table, pa.array(bucket), s.path)
+            files = _write_buckets(table, pa.array(bucket), s.path, cache=True)
         else:
             files = []
             if table.num_rows:
                 files.append(fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet"))
-                write_table(files[0], table)
+                _write_file(files[0], table, cache=True)
         s.files, s.rows = files, table.num_rows
         return True
 
@@ -424,6 +433,7 @@ class QueryTables:
             for f in s.files:
                 dst = fs.join(self._dir(s.name), f.rsplit("/", 1)[1])
                 fs.move(f, dst)
+                FILE_CACHE.move(f, dst)
                 moved.append(dst)
             old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
             out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}

@@ -44,6 +44,13 @@ class TableCache:
             while self._bytes > self.budget:
                 self._bytes -= self._tables.popitem(last=False)[1].nbytes
 
+    def move(self, old: str, new: str) -> None:
+        """Keep the table kept under ``old`` (if any) under ``new``: its file moved."""
+        with self._lock:
+            table = self._tables.pop(old, None)
+            if table is not None:
+                self._tables[new] = table
+
     @property
     def bytes(self) -> int:
         """The bytes of the tables kept."""
