@@ -60,7 +60,7 @@ def test_tables_the_driver_writes_stay_in_its_file_cache(spark, tmp_path, monkey
 
     cache = TableCache(64 << 20)
     monkeypatch.setattr(increments, "FILE_CACHE", cache)
-    monkeypatch.setattr("strata.queries.tables.FILE_CACHE", cache)
+    monkeypatch.setattr("strata.queries.tables.FILE_CACHE", cache)  # its moves
     rows = pa.table({"_g": pa.array([i % 37 for i in range(500)], pa.int64()),
                      "v": pa.array(range(500), pa.int64())})
     schema = StructType([StructField("_g", LongType()), StructField("v", LongType())])

@@ -78,15 +78,9 @@ def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: st
     files = []
     for b in sorted(pc.unique(bucket).to_pylist()):
         uri = fs.join(path, f"part-00000-{uuid.uuid4().hex[:12]}_{b:05d}.c000.parquet")
-        _write_file(uri, table.filter(pc.equal(bucket, b)), cache)
+        write_table(uri, table.filter(pc.equal(bucket, b)), cache)
         files.append(uri)
     return files
-
-
-def _write_file(uri: str, table: pa.Table, cache: bool) -> None:
-    write_table(uri, table)
-    if cache:
-        FILE_CACHE.put(uri, table)
 
 
 def bucket_of(lineage: Sequence[str], n: int) -> Column:
@@ -272,7 +266,7 @@ class QueryTables:
             files = []
             if table.num_rows:
                 files.append(fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet"))
-                _write_file(files[0], table, cache=True)
+                write_table(files[0], table, cache=True)
         s.files, s.rows = files, table.num_rows
         return True
 

@@ -29,14 +29,18 @@ class Increment:
         return cls(tuple(d["files"]), d["records"], d["bytes"])
 
 
-def write_table(uri: str, table: pa.Table) -> int:
-    """Write one Parquet file (atomically: temp name, then move); return its size."""
+def write_table(uri: str, table: pa.Table, cache: bool = False) -> int:
+    """Write one Parquet file (atomically: temp name, then move); return its size. With
+    ``cache``, ``table`` is kept in this process's :data:`FILE_CACHE` as the file's rows
+    (as :func:`read_table` keeps the files it reads)."""
     fs, path = resolve(uri)
     parent = path.rsplit("/", 1)[0]
     fs.create_dir(parent, recursive=True)
     tmp = f"{parent}/.tmp-{path.rsplit('/', 1)[1]}"
     pq.write_table(table, tmp, filesystem=fs, compression="zstd")
     fs.move(tmp, path)
+    if cache:
+        FILE_CACHE.put(uri, table)
     return fs.get_file_info(path).size
 
 
