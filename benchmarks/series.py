@@ -39,6 +39,10 @@ ingest of the day's segment, seconds and bytes: a CSV segment is read by pyarrow
 driver and written into the home as Parquet (the file's bytes as read, the increment's
 as written); a Parquet segment is taken by reference (``by_reference=True``: its footer
 read and checked, the file then read in place by the stage, only the columns it needs).
+The driver keeps a CSV segment's parsed rows after its ingest, so over CSV the strata
+stages compute views and answers from them in Arrow (``strata.series.held``) and Spark
+reads nothing; view tables the driver reads from storage are counted as read. Over
+Parquet segments the stages run Spark's plans.
 In a full run a warm-up (the original and a strata run over the first days, not
 reported) runs first: no configuration runs cold.
 
@@ -227,6 +231,7 @@ def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[s
                 for c in controllers:
                     for report in c.run():
                         driver_written += report.metrics["driver_bytes_written"]
+                        driver_read += report.metrics.get("driver_bytes_read", 0)
             days.append({"day": n, "seconds": round(time.perf_counter() - t0, 3),
                          "segment_bytes": segment, **io_of(m, driver_written, driver_read)})
         answers = {nm: {e: c.read_flow(nm, e).to_pylist() for e, _ in c.stored_increments(nm)}

@@ -56,11 +56,15 @@ def run_point(spark, metrics, files: list[str], home: Path, branches: int,
     from strata import Dataflow
     from strata.controller import Controller
     from strata.series import add_series
+    from strata.series.held import HELD_ROWS
 
     df = Dataflow("sweep")
     df.source("log", "A string, B bigint, C bigint, D bigint, E bigint")
     add_series(df, "log", branch_series(branches, selectivity), shared_scan=shared)
     epochs = []
+    # the sweep compares Spark's scan plans: no segment is taken from the driver's memory
+    # (strata.series.held), as for one ingested by reference or by another process
+    spark.conf.set(HELD_ROWS, "-1")
     with Controller(str(home), df, spark=spark, num_partitions=partitions) as c:
         for n, path in enumerate(files, 1):
             c.ingest("log", [path])
@@ -74,6 +78,7 @@ def run_point(spark, metrics, files: list[str], home: Path, branches: int,
                            "io": m.input_bytes + m.shuffle_write_bytes + written,
                            "jumbo": report.metrics["views_in_jumbo_pass"],
                            "estimates": report.metrics["epoch_estimates"]})
+    spark.conf.unset(HELD_ROWS)
     return epochs
 
 

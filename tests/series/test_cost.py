@@ -274,6 +274,7 @@ def test_kappa_learns_measured_over_estimated_per_part():
     assert measured({}) is None
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tmp_path):
     rng = random.Random(4)
     segments = [segment(rng, 60) for _ in range(4)]

@@ -39,6 +39,7 @@ def _dataflow(series, shared_scan=False):
     return df
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
     rng = random.Random(7)
     segments = [segment(rng, rng.choice([0, 6, 30])) for _ in range(6)]
@@ -164,6 +165,7 @@ def test_bad_data_in_a_window_names_the_series_and_commits_nothing(spark, tmp_pa
         assert not c.stored_increments("fine")  # no answer of the failed epoch
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_path):
     """``shared_scan="prefix"``: the new segment's stored views that group by a shared key
     (here A) are computed in one pass whose one exchange hashes A; the others (D) by
@@ -205,6 +207,7 @@ def _answered_as_duckdb(spark, tmp_path, series, segments, shared_scan):
         return reports, c.runner.committed(stage).state["scan"]
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark, tmp_path):
     """``shared_scan="reorder"``: the new segment's stored views that group by the same
     keys (A, B in either order), each with its own filter, are grouped once with the
@@ -231,6 +234,7 @@ def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark,
         "shared keys, filters pulled above it (set by the stage)")
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch):
     """An occurrence whose answer is expected to exceed what the driver writes (its
     window's views hold more rows together, or its last answer had more) is written by
@@ -264,6 +268,7 @@ def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch)
     assert files["weekly"].endswith(".snappy.parquet")  # written by Spark
 
 
+@pytest.mark.usefixtures("spark_plans")
 def test_an_answer_reading_a_view_written_now_is_measured_whole(spark, tmp_path):
     """Today's view is kept (tomorrow's occurrence joins it) and read by today's answer,
     which runs after the view's write: run beside it, the two jobs shared the cached

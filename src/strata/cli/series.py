@@ -501,7 +501,10 @@ def _scan_lines(scan: dict | None) -> list[str]:
         return []
     lines = []
     ran = scan.get("plan") or ("shared" if scan["shared"] else "separate")
-    if scan.get("views", 0) >= 2:
+    if scan.get("arrow"):
+        lines.append(f"scan of the last segment: none, the driver held its rows from the "
+                     f"ingest: {scan['arrow']} view(s) computed from them in Arrow")
+    elif scan.get("views", 0) >= 2:
         how = {"shared": "one jumbo pass", "separate": "a plan per view",
                "prefix": "one pass exchanging rows on their shared group key",
                "reordered": "one grouping on their shared keys, filters pulled above it"

@@ -67,7 +67,9 @@ def append_table(home: Home, catalog: Catalog, flow: str, table: pa.Table,
     # under incoming/, named by its writer: a sweep removes it only once that process
     # is gone without having committed it (see staged_ingest_is_dead)
     uri = home.incoming_file(flow, staging_token())
-    inc = Increment((uri,), table.num_rows, write_table(uri, table))
+    # kept in this process's file cache: a stage run next in this process may compute
+    # from the rows it already has instead of reading the file (a series stage does)
+    inc = Increment((uri,), table.num_rows, write_table(uri, table, cache=True))
     crashpoint("ingest-before-commit")
     return catalog.record_ingest(flow, inc, end_frame)
 

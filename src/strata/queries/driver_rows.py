@@ -52,8 +52,8 @@ def _nonempty_batches(table: pa.Table) -> pa.Table:
     Arrow table whose first batches are empty gives no rows at all (PySpark 4.1;
     ``tests/queries/test_driver_rows.py``)."""
     batches = [b for b in table.to_batches() if b.num_rows]
-    if not batches:  # no rows: as it is (PySpark cannot read a table of no batches)
-        return table
+    if not batches:  # no rows: one empty chunk per column (PySpark cannot convert a
+        return table.schema.empty_table()  # nested column of no chunks)
     return pa.Table.from_batches(batches, schema=table.schema)
 
 

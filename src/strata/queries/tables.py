@@ -190,9 +190,10 @@ class QueryTables:
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows
         and at most ``ARROW_ROWS`` of them; else None."""
-        if name not in self._arrow:
-            self._arrow[name] = self._read_small(name)
-        return self._arrow[name]
+        with self._reading:  # a series epoch's answers read them in threads
+            if name not in self._arrow:
+                self._arrow[name] = self._read_small(name)
+            return self._arrow[name]
 
     def _read_small(self, name: str) -> pa.Table | None:
         if not self.has(name) or self.rows(name) > ARROW_ROWS:

@@ -45,6 +45,7 @@ from strata.series.answers import stored_answer
 from strata.series.cost import folded
 from strata.series.evaluate import occurrence
 from strata.series.normalize import View
+from strata.series.reads import read_views, segment_frames
 from strata.series.stored import (
     OCCURRENCE,
     SEGMENT,
@@ -146,8 +147,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                 if fp in views_by_fp for k in taken if str(k) in by_segment}
         reemit = _reemitted(program, n, taken)
         needed = _unstored(program, reemit, stored, redo, before)
-        new_fresh = program.plain_frames(ctx, {**before, **replaced}, {**redo, **needed},
-                                          dict.fromkeys([*redo, *needed], 1), cached)
+        new_fresh = segment_frames(spark, {**before, **replaced}, program.columns,
+                                   {**redo, **needed}, dict.fromkeys([*redo, *needed], 1),
+                                   cached)
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                              ctx.token)
         for fp, k in sorted(redo):
@@ -159,7 +161,8 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         written, driver_bytes = staged_views(ctx.layout, sorted(redo), tables.staged)
         driver: set[str] = set()
         answers = []
-        new_read = functools.partial(program.read_views, spark, tables, stored, new_fresh)
+        new_read = functools.partial(read_views, spark, tables, stored, new_fresh,
+                                     program.columns)
         for name, newest in reemit.items():
             plan = program.active[name]
             diffs = [_difference(_answered(ctx, program, name, m),

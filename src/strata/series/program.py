@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from strata.faults import crashpoint
@@ -51,23 +50,28 @@ from strata.series.cost import (
     scan_sharing,
 )
 from strata.series.evaluate import (
-    jumbo_branch,
     jumbo_eligible,
     occurrence,
     pass_partials,
     pass_views,
     prefix_group,
     reorder_group,
-    view_of_segment,
+)
+from strata.series.held import (
+    held_occurrence,
+    held_segment,
+    read_held,
+    segment_views,
+    with_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
+from strata.series.reads import read_views, segment_frames, view_schema
 from strata.series.statistics import EpochNotes, epoch_operators, timed
 from strata.series.stored import (
     SEGMENT,
     VIEWS,
     branch_buckets,
     branch_entries,
-    branch_rows,
     collect_views,
     column_bytes,
     increment_of,
@@ -171,7 +175,8 @@ class SeriesProgram(StageProgram):
         self.plans  # noqa: B018  (parse now: a bad series fails at registration)
 
     def __getstate__(self) -> dict:  # plans key views by node identity: rebuilt on load
-        return {**self.__dict__, "_plans": None, "_raw_plans": None, "_active": None}
+        return {**self.__dict__, "_plans": None, "_raw_plans": None, "_active": None,
+                "_schemas": {}}
 
     @property
     def plans(self) -> dict[str, SeriesPlan]:
@@ -261,10 +266,16 @@ class SeriesProgram(StageProgram):
         try:
             due = [s for s in self.series if self.active[s.name].schedule.due(n)]
             wanted, uses = self._wanted(n, segments, stored, due)
+            # a segment the driver still holds (it parsed it at ingest): its views in Arrow
+            rows = held_segment(ctx, segments[n], spark_schema(self.columns))
+            known = self.__dict__.setdefault("_schemas", {})  # view schemas (pickled: none)
+            held = {} if rows is None else segment_views(
+                rows, n, wanted, functools.partial(view_schema, spark, self.columns,
+                                                   staged=False, known=known))
             # the new segment's stored views share one pass; a view read only now is
             # cheaper in memory than written with the others and read back
             jumbo = [key for key, v in sorted(wanted.items(), key=lambda kv: kv[0])
-                     if key[1] == n and jumbo_eligible(v) and self.keeps(
+                     if key[1] == n and key not in held and jumbo_eligible(v) and self.keeps(
                          self._last_reader(*key), n)]
             kappa = learned(stats.get("kappa", {}), (ctx.committed.state or {}).get(
                 "estimate"), measured(ctx.committed.metrics))
@@ -282,8 +293,9 @@ class SeriesProgram(StageProgram):
             jumbo = pass_views(ran, jumbo, group, reorder)
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
                         for p in ("read", "shuffled", "written")} if scan_estimates else None
-            fresh = self.plain_frames(ctx, segments, {k: v for k, v in wanted.items()
-                                                       if k not in jumbo}, uses, cached)
+            fresh = {**segment_frames(spark, segments, self.columns, {
+                k: v for k, v in wanted.items() if k not in jumbo and k not in held},
+                uses, cached), **held}
             # stored views are co-located: appended to a table per view, bucketed by the
             # group key, so that merging a window's views does not shuffle them again
             tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
@@ -291,7 +303,9 @@ class SeriesProgram(StageProgram):
             keep = sorted(k for k in fresh if self.keeps(self._last_reader(*k), n))
             for fp, j in keep:
                 view, frame = fresh[(fp, j)]
-                tables.stage(fp, frame.withColumn(SEGMENT, F.lit(j)),
+                tables.stage(fp, with_segment(frame, j, view_schema(
+                    spark, self.columns, view, True, known))
+                             if (fp, j) in held else frame.withColumn(SEGMENT, F.lit(j)),
                              ["_g"] if view.kind == "partial" else [], "append")
             noted = EpochNotes()
             writes = [timed(w, k, noted.seconds)
@@ -310,7 +324,8 @@ class SeriesProgram(StageProgram):
             # its shuffle stage with that write's job, and Spark's status store then
             # records that stage as skipped in both jobs, its bytes lost to the cost model
             answering = functools.partial(self._answers, ctx, n=n, tables=tables,
-                                          fresh=fresh, stats=stats, noted=noted)
+                                          fresh=fresh, stats=stats, noted=noted,
+                                          in_arrow=rows is not None)
             early = [s for s in due
                      if not reads_any(self.active[s.name], n, {*jumbo, *keep})]
             run_all(spark, writes + answering(early, views=stored))
@@ -334,7 +349,7 @@ class SeriesProgram(StageProgram):
         state = {**self.carried(ctx.committed.state, n), "segment": n,
                  "views": self._still_read(views, n), "choices": choices,
                  "scan": {"shared": bool(jumbo), "plan": ran,
-                          "views": len(jumbo) or len(keep),
+                          "views": len(jumbo) or len(keep), "arrow": len(held),
                           "forced": self.shared_scan != "auto", "estimates": estimates},
                  "estimate": estimate,  # the model's, unscaled: κ learns from it
                  "stats": {**folded(stats, columns,
@@ -344,6 +359,7 @@ class SeriesProgram(StageProgram):
                                     {name: o.records for name, o in outputs.items()}),
                            "kappa": kappa}}
         metrics = {"views_computed": len(wanted), "views_in_jumbo_pass": len(jumbo),
+                   "views_in_arrow": len(held),
                    "scan_plan": ran,
                    "epoch_estimates": estimates,
                    "views_written": len(keep) + len(jumbo), "answered": answered,
@@ -353,40 +369,49 @@ class SeriesProgram(StageProgram):
                    "skipped": skipped, "segment_bytes": segments[n].bytes,
                    # files the driver wrote (small views, answers): Spark does not count them
                    "driver_bytes_written": driver_bytes + sum(
-                       o.bytes for name, o in outputs.items() if name in noted.by_driver)}
+                       o.bytes for name, o in outputs.items() if name in noted.by_driver),
+                   # view tables the driver read from storage (not from its file cache)
+                   "driver_bytes_read": sum(noted.driver_read.values())}
         return EpochOutcome(outputs, state, ctx.num_partitions, metrics)
 
     def _answers(self, ctx: EpochContext, due: Sequence[Series], *, n: int,
                  tables: QueryTables, views: Mapping[str, Mapping[str, dict]],
                  fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
-                 stats: Mapping[str, Any], noted: EpochNotes) -> list:
+                 stats: Mapping[str, Any], noted: EpochNotes, in_arrow: bool) -> list:
         """One write per occurrence of ``due`` at segment ``n`` whose window's views are
-        all in ``views`` or ``fresh``; what each did is ``noted``."""
+        all in ``views`` or ``fresh``; what each did is ``noted``. ``in_arrow``: each is
+        first tried in Arrow from views the driver holds (:mod:`strata.series.held`)."""
         spark, out = ctx.spark, []
         for s in due:
             plan = self.active[s.name]
             if not window_present(plan, n, views, fresh):
                 noted.skipped.append(s.name)
                 continue
-            read = functools.partial(self.read_views, spark, tables, views, fresh)
+            read = functools.partial(read_views, spark, tables, views, fresh, self.columns)
+            arrow = functools.partial(read_held, tables, views, fresh, noted.driver_read,
+                                      SEGMENT) if in_arrow else None
             rows = noted.rows_in[s.name] = window_rows(plan, n, views,
                                                       stats.get("rows", {}))
             large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
                                          DRIVER_ROWS)
             out.append(timed(functools.partial(
-                self._answer, ctx, s.name, n, read, noted.by_driver, large),
+                self._answer, ctx, s.name, n, read, noted.by_driver, large, arrow),
                 s.name, noted.seconds))
             noted.answered.append(s.name)
         return out
 
     def _answer(self, ctx: EpochContext, name: str, n: int, read: Callable,
-                by_driver: set[str], large: bool) -> None:
-        """Plan series ``name``'s occurrence at segment ``n`` and write its answer. It runs
-        in a write thread: the epoch's answers are planned together, and with the views'
+                by_driver: set[str], large: bool, arrow: Callable | None) -> None:
+        """Plan series ``name``'s occurrence at segment ``n`` and write its answer (in
+        Arrow from held views, with ``arrow`` their reader, if it can). It runs in a
+        write thread: the epoch's answers are planned together, and with the views'
         writes (planning is mostly calls into the JVM, which leave the GIL free)."""
+        plan = self.active[name]
+        table = held_occurrence(plan, n, arrow) if arrow is not None else None
         write_answer(ctx, name, self.output_ddl(name),
-                     occurrence(self.active[name], n, read, ctx.spark), by_driver,
-                     f"series {name!r} could not answer its occurrence at segment {n}", large)
+                     table if table is not None else occurrence(plan, n, read, ctx.spark),
+                     by_driver, f"series {name!r} could not answer its occurrence at "
+                     f"segment {n}", large and table is None)
 
     def numbered(self, raw: Sequence[Increment], n: int, state: Mapping[str, Any] | None
                  ) -> dict[int, Increment]:
@@ -428,26 +453,6 @@ class SeriesProgram(StageProgram):
                         uses[key] = uses.get(key, 0) + 1
         return wanted, uses
 
-    def plain_frames(self, ctx: EpochContext, segments: Mapping[int, Increment],
-                      wanted: Mapping[tuple[str, int], View],
-                      uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
-                      ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
-        """Views outside a jumbo pass, as DataFrames; a partial view used twice is cached. Each
-        reads its segment's columns itself: a cached segment is read back in full, which
-        costs more than a pruned Parquet scan of the few columns a view needs."""
-        scans: dict[int, DataFrame] = {}
-        for _, j in wanted:
-            if j not in scans:
-                scans[j] = read_segment(ctx.spark, segments[j], self.columns)
-        frames = {}
-        for key, v in wanted.items():
-            d = view_of_segment(v, scans[key[1]])
-            if uses[key] > 1 and v.kind == "partial":  # rows: a pruned scan is cheaper
-                d = d.persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(d)
-            frames[key] = (v, d)
-        return frames
-
     def _last_reader(self, fingerprint: str, segment: int) -> int:
         """The newest segment of the last occurrence of any series reading the view."""
         return max((p.schedule.last_reader(segment, v.table) for p in self.active.values()
@@ -463,26 +468,6 @@ class SeriesProgram(StageProgram):
                 if self.keeps(self._last_reader(fp, int(j)), n):
                     keep.setdefault(fp, {})[j] = entry
         return keep
-
-    def read_views(self, spark: SparkSession, tables: QueryTables,
-                    stored: Mapping[str, Mapping[str, dict]],
-                    fresh: Mapping[tuple[str, int], tuple[View, DataFrame]], view: View,
-                    window: range) -> DataFrame:
-        """The views of ``window``: computed this epoch (in memory), in the view's
-        co-located table, or in a segment's jumbo pass."""
-        fp = view.fingerprint
-        parts = [fresh[(fp, j)][1] for j in window if (fp, j) in fresh]
-        entries = {j: stored[fp][str(j)] for j in window if (fp, j) not in fresh}
-        in_table = [j for j, e in entries.items() if "branch" not in e and e["files"]]
-        table = tables.read(fp) if in_table else None
-        if table is not None:
-            parts.append(table.where(F.col(SEGMENT).isin(in_table)).drop(SEGMENT))
-        parts += [jumbo_branch(view, e["branch"], branch_rows(spark, e))
-                  for e in entries.values() if "branch" in e and e["files"]]
-        if not parts:
-            empty = spark.createDataFrame([], spark_schema(self.columns))
-            return view_of_segment(view, empty)
-        return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
     # -- the committed state, read from files ----------------------------------------------
     @classmethod

@@ -26,13 +26,15 @@ from strata.storage.operator_stats import OperatorStats
 class EpochNotes:
     """What an epoch's jobs noted as they ran: the series answered (and those skipped,
     their windows' views missing), the answers the driver wrote, the rows of each
-    answer's window's views, and each job's seconds (by view, ``"pass"`` or series)."""
+    answer's window's views, each job's seconds (by view, ``"pass"`` or series), and
+    the bytes the driver read from storage (by view table)."""
 
     answered: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     by_driver: set[str] = field(default_factory=set)
     rows_in: dict[str, float | None] = field(default_factory=dict)
     seconds: dict[Any, float] = field(default_factory=dict)
+    driver_read: dict[str, int] = field(default_factory=dict)
 
 
 def timed(fn: Callable[[], None], label: Any, seconds: dict) -> Callable[[], None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -197,14 +198,19 @@ def replaced_segments(state: Mapping[str, Any] | None) -> dict[int, Increment]:
             for j, e in ((state or {}).get("replaced", {})).items()}
 
 
-def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame, by_driver: set[str],
-                 failure: str, through_spark: bool = False) -> None:
+def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame | pa.Table,
+                 by_driver: set[str], failure: str, through_spark: bool = False) -> None:
     """Write ``out`` as the epoch's increment of ``flow`` (whose columns are ``ddl``): from
-    the driver when it is small (noted in ``by_driver``: Spark does not count those
-    bytes), else through Spark; ``through_spark`` skips the driver's try, for an answer
-    expected to be large (:func:`~strata.series.cost.answer_through_spark`). A Spark
-    failure (bad data in a window) is an :class:`EpochError` that says ``failure``."""
+    the driver when it is small or already there (an Arrow table; noted in ``by_driver``:
+    Spark does not count those bytes), else through Spark; ``through_spark`` skips the
+    driver's try, for an answer expected to be large (:func:`~strata.series.cost.
+    answer_through_spark`). A Spark failure (bad data in a window) is an
+    :class:`EpochError` that says ``failure``."""
     out_dir = ctx.output_dir(flow)
+    if isinstance(out, pa.Table):
+        write_table(fs.join(out_dir, "part-00000.parquet"), out.cast(parse_ddl(ddl)))
+        by_driver.add(flow)
+        return
     try:
         if through_spark:
             write_parquet(out, out_dir)
