@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from strata.physical.program import EpochContext
+from strata.physical.session import is_connect
 from strata.physical.small_epochs import conf_int
 from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
@@ -46,10 +47,11 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
     """The segment's rows (columns ``schema``) as a held frame, if every file of it is
     in the driver's file cache, it has at most ``spark.strata.series.heldSegmentRows``
     rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow_step.
-    enabled`); else None."""
+    enabled`); else None. Never over Spark Connect, where every held frame is sent to
+    the server when it is made."""
     limit = conf_int(ctx, HELD_ROWS, DEFAULT_HELD_ROWS)
     if not segment.files or segment.records > limit or limit < 0 \
-            or not arrow_step.enabled(ctx.spark):
+            or is_connect(ctx.spark) or not arrow_step.enabled(ctx.spark):
         return None
     tables = [FILE_CACHE.get(f) for f in segment.files]
     if any(t is None for t in tables):
