@@ -291,8 +291,11 @@ class SeriesProgram(StageProgram):
             ran = scan_plan(self.shared_scan, estimates, len(jumbo), len(group) >= 2,
                             len(reorder) >= 2)
             jumbo = pass_views(ran, jumbo, group, reorder)
+            # an epoch with views in Arrow reads less through Spark than the model's plans:
+            # κ must not learn from it
             estimate = {p: scan_estimates[ran][p] + getattr(answering, p)
-                        for p in ("read", "shuffled", "written")} if scan_estimates else None
+                        for p in ("read", "shuffled", "written")} \
+                if scan_estimates and not held else None
             fresh = {**segment_frames(spark, segments, self.columns, {
                 k: v for k, v in wanted.items() if k not in jumbo and k not in held},
                 uses, cached), **held}
