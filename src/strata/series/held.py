@@ -32,10 +32,10 @@ from strata.queries.arrow_lift import aggregate, outside
 from strata.queries.expressions import MULT
 from strata.queries.incremental import GroupPlan
 from strata.queries.tables import QueryTables
-from strata.series.evaluate import group_plan
+from strata.series.evaluate import _strip, group_plan
 from strata.series.normalize import SeriesPlan, View, union_partials
 from strata.storage import fs
-from strata.storage.increments import FILE_CACHE, Increment
+from strata.storage.increments import FILE_CACHE, Increment, read_table
 
 HELD_ROWS, DEFAULT_HELD_ROWS = "spark.strata.series.heldSegmentRows", 2_000_000
 HeldReader = Callable[[View, range], "DataFrame | None"]
@@ -53,14 +53,11 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
     if not segment.files or segment.records > limit or limit < 0 \
             or is_connect(ctx.spark) or not arrow_step.enabled(ctx.spark):
         return None
-    tables = [FILE_CACHE.get(f) for f in segment.files]
-    if any(t is None for t in tables):
+    if any(FILE_CACHE.get(f, touch=False) is None for f in segment.files):
         return None
-    target = driver_rows.arrow_schema(schema)
-    try:
-        rows = pa.concat_tables([t.select(target.names).cast(target)  # type: ignore[union-attr]
-                                 for t in tables])
-    except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    try:  # from the cache: every file is there
+        rows = read_table(segment.files, driver_rows.arrow_schema(schema), cache=True)
+    except (KeyError, ValueError, pa.ArrowNotImplementedError):
         return None
     return driver_rows.from_arrow(ctx.spark, rows, schema)
 
@@ -86,17 +83,10 @@ def held_view(view: View, segment: DataFrame, schema: StructType) -> DataFrame |
 def _rows(node: Node, segment: DataFrame) -> DataFrame | None:
     """``node`` (a scan under maps) over held ``segment``, with ``_mult`` = 1."""
     if isinstance(node, Scan):
-        table = driver_rows.held(segment)
-        if table is None:
+        if driver_rows.held(segment) is None:
             return None
-        fields = {f.name: f for f in segment.schema.fields}
-        out = table.select(list(node.schema)).rename_columns(
-            [node.prefix + c for c in node.schema])
-        out = out.append_column(pa.field(MULT, pa.int64()),
-                                pa.repeat(pa.scalar(1, pa.int64()), out.num_rows))
-        schema = StructType([StructField(node.prefix + c, fields[c].dataType, True)
-                             for c in node.schema]).add(MULT, LongType(), False)
-        return driver_rows.from_arrow(segment.sparkSession, out, schema)
+        return arrow_step.renamed(driver_rows.select(segment, list(node.schema), {MULT: 1}),
+                                  {c: node.prefix + c for c in node.schema})
     if isinstance(node, Map):
         d = _rows(node.child, segment)
         return arrow_step.mapped(node, d) if d is not None else None
@@ -153,7 +143,7 @@ def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table
                 return None
             if view.kind == "partial":
                 return _answered(group_plan(node, view.monoids), stored)  # type: ignore[arg-type]
-            return _renamed(stored, {_strip(c, view.prefix): c for c in node.columns})
+            return arrow_step.renamed(stored, {_strip(c, view.prefix): c for c in node.columns})
         branches = union_partials(node, plan)
         if branches is not None:
             parts = [read(v, windows[v.table]) for v in branches]
@@ -231,11 +221,6 @@ def _merged(gp: GroupPlan, stacked: DataFrame) -> DataFrame | None:
     return driver_rows.from_arrow(stacked.sparkSession, out, stacked.schema)
 
 
-def _renamed(d: DataFrame, names: Mapping[str, str]) -> DataFrame | None:
-    """Held ``d``'s columns ``names`` (stored → query name) and ``_mult``."""
-    return arrow_step.renamed(d, dict(names))
-
-
 def _joined(node: Join, left: DataFrame, right: DataFrame) -> DataFrame | None:
     """The equi-join of held ``left`` and ``right`` (``inner`` or ``left``: a NULL key
     matches nothing, as in SQL), with ``_mult`` the product."""
@@ -290,10 +275,6 @@ def _ordered(plan: SeriesPlan, table: pa.Table) -> pa.Table | None:
     if q.limit is not None:
         table = table.slice(0, q.limit)
     return table
-
-
-def _strip(name: str, prefix: str) -> str:
-    return name[len(prefix):] if prefix and name.startswith(prefix) else name
 
 
 
