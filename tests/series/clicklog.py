@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
+from strata import Dataflow
+from strata.series import Series, add_series
 from tests.rows import Rows
 
 COLUMNS = {"A": "string", "B": "bigint", "C": "string", "D": "bigint", "E": "double"}
@@ -64,6 +66,14 @@ OUTER_JOINS = [
      "BY A) w LEFT JOIN (SELECT DISTINCT A FROM today WHERE B = 0) t ON w.A = t.A "
      "WHERE t.A IS NULL", {"today": "log", "week": "log[-2:0]"}, 1),
 ]
+
+def dataflow(series: Sequence[Series], shared_scan: bool | str = False) -> Dataflow:
+    """A dataflow of the click log ``log`` and ``series`` on it (one series stage)."""
+    df = Dataflow("clicks")
+    df.source("log", DDL)
+    add_series(df, "log", list(series), shared_scan=shared_scan)
+    return df
+
 
 def segment(rng: random.Random, n: int) -> pa.Table:
     """``n`` clicks with Zipf-skewed positions."""

@@ -13,16 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata import Dataflow
 from strata.controller import Controller
 from strata.model.errors import StrataError
-from strata.series import Series, add_series, series_stage_name
+from strata.series import Series, series_stage_name
 from strata.series.adhoc import ad_hoc
 from strata.series.answers import series_answer
 from strata.series.corrections import correction, latest_per_segment
 from strata.series.registry import check_correction
 from strata.storage.increments import Increment
-from tests.series.clicklog import DDL, SERIES, canon, duckdb_answer, segment
+from tests.series.clicklog import SERIES, canon, dataflow, duckdb_answer, segment
 from tests.series.test_random_series import series as random_series
 
 LATENESS = 3
@@ -48,9 +47,7 @@ def test_corrections_reemit_every_occurrence_they_touch(spark, tmp_path):
     segments = [segment(rng, rng.choice([6, 30])) for _ in range(7)]
     fixed = {4: segment(rng, 25), 5: segment(rng, 4)}
     series = _series()
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series)
+    df = dataflow(series)
     assert "log_corrections" in df.flows and "raw_window_changes" in df.flows
     assert "q1_daily_grouping_changes" not in df.flows  # lateness 0: nothing re-emitted
     home = str(tmp_path / "home")
@@ -166,9 +163,7 @@ def test_random_series_with_late_segments_equal_duckdb(spark, defs, lateness, fi
     rng = random.Random(seed)
     series = [Series(f"s{i}", sql, {"log": spec}, period, lateness=lateness[i])
               for i, (sql, spec, period) in enumerate(defs)]
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series)
+    df = dataflow(series)
     program = df.stages[series_stage_name("log")].program
     horizon = max(s.lateness for s in series)
     current: list = []
@@ -247,9 +242,7 @@ def test_a_series_that_changed_plans_retracts_exactly_the_rows_it_wrote(
     fixed = segment(rng, 30)
     s = Series("means", "SELECT A, avg(E) AS mean, sum(B) AS s, count(*) AS n FROM log "
                "GROUP BY A", {"log": "log[-2:0]"}, lateness=3)
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", [s])
+    df = dataflow([s])
     home = str(tmp_path / "home")
     stage = series_stage_name("log")
     with Controller(home, df, spark=spark, num_partitions=2) as c:

@@ -9,12 +9,11 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from strata import Dataflow
 from strata.controller import Controller
 from strata.queries.frames import ddl_of
 from strata.queries.sql import parse_sql
 from strata.queries.tables import bucket_of, read_bucketed, write_bucketed
-from strata.series import Series, add_series, series_stage_name
+from strata.series import Series, series_stage_name
 from strata.series.cost import (
     Estimate,
     answer_through_spark,
@@ -41,7 +40,7 @@ from strata.series.evaluate import (
 from strata.series.normalize import plan_series
 from strata.series.stored import branch_buckets, branch_entries, branch_rows
 from strata.series.windows import Schedule, Segments
-from tests.series.clicklog import COLUMNS, DDL, canon, duckdb_answer, segment
+from tests.series.clicklog import COLUMNS, canon, dataflow, duckdb_answer, segment
 
 SQL = "SELECT A, B, count(*) AS n FROM log WHERE E > 2.0 GROUP BY A, B"
 
@@ -229,9 +228,7 @@ def test_raw_and_auto_plans_answer_as_views_do(spark, tmp_path):
     series = [Series("raw3", SQL, {"log": "log[-2:0]"}, 3, plan="raw"),
               Series("auto3", SQL.replace("E > 2.0", "E > 3.0"), {"log": "log[-2:0]"}, 3),
               Series("views2", SQL, {"log": "log[-1:0]"}, 1, plan="views")]
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series)
+    df = dataflow(series)
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for i, seg in enumerate(segments):
             pq.write_table(seg, tmp_path / f"s{i}.parquet")
@@ -280,9 +277,7 @@ def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tm
     segments = [segment(rng, 60) for _ in range(4)]
     series = [Series(f"k{i}", f"SELECT {k}, count(*) AS n, sum(B) AS s FROM log GROUP BY {k}",
                      {"log": "log[-1]"}) for i, k in enumerate(["A", "C", "D"])]
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series, shared_scan="auto")
+    df = dataflow(series, shared_scan="auto")
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         reports = []
         for i, seg in enumerate(segments):

@@ -10,12 +10,11 @@ import pyarrow.csv as pcsv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata import Dataflow
 from strata.cli.series import _scan_lines
 from strata.controller import Controller
 from strata.queries import driver_rows
 from strata.queries.sql import parse_sql
-from strata.series import Series, add_series, series_stage_name
+from strata.series import Series, series_stage_name
 from strata.series.evaluate import occurrence, view_of_segment
 from strata.series.held import HELD_ROWS, held_occurrence, held_view
 from strata.series.normalize import plan_series
@@ -28,6 +27,7 @@ from tests.series.clicklog import (
     SERIES,
     SET_OPERATIONS,
     canon,
+    dataflow,
     duckdb_answer,
     segment,
 )
@@ -46,9 +46,7 @@ def test_the_papers_series_read_a_held_segment_once_at_its_ingest(spark, tmp_pat
     rng = random.Random(3)
     segments = [segment(rng, rng.choice([6, 30])) for _ in range(5)]
     series_ = [Series(name, sql, tables, period) for name, sql, tables, period in PAPER]
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series_, shared_scan="auto")
+    df = dataflow(series_, shared_scan="auto")
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         reports = []
         for i, seg in enumerate(segments):
@@ -83,9 +81,7 @@ def test_held_and_spark_epochs_mix_in_one_home_and_answer_as_duckdb(spark, tmp_p
     segments = [segment(rng, rng.choice([0, 6, 30])) for _ in range(6)]
     defs = [*SERIES, *SET_OPERATIONS, *OUTER_JOINS]
     series_ = [Series(name, sql, tables, period) for name, sql, tables, period in defs]
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series_)
+    df = dataflow(series_)
     held_epochs = []
     try:
         with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:

@@ -8,18 +8,17 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from strata import Dataflow
 from strata.cli.series import _scan_lines
 from strata.controller import Controller
 from strata.model.errors import EpochError, StrataError
-from strata.series import Series, add_series, series_stage_name
+from strata.series import Series, series_stage_name
 from strata.series.adhoc import ad_hoc
 from tests.series.clicklog import (
-    DDL,
     OUTER_JOINS,
     SERIES,
     SET_OPERATIONS,
     canon,
+    dataflow,
     duckdb_answer,
     segment,
 )
@@ -32,19 +31,12 @@ def _ingest(c, tmp_path, seg):
     c.ingest("log", [str(path)])
 
 
-def _dataflow(series, shared_scan=False):
-    df = Dataflow("clicks")
-    df.source("log", DDL)
-    add_series(df, "log", series, shared_scan=shared_scan)
-    return df
-
-
 @pytest.mark.usefixtures("spark_plans")
 def test_every_occurrence_is_an_increment_equal_to_duckdb(spark, tmp_path):
     rng = random.Random(7)
     segments = [segment(rng, rng.choice([0, 6, 30])) for _ in range(6)]
     series = [Series(name, sql, tables, period) for name, sql, tables, period in SERIES]
-    df = _dataflow(series, shared_scan=True)
+    df = dataflow(series, shared_scan=True)
     stage = series_stage_name("log")
     program = df.stages[stage].program
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
@@ -87,7 +79,7 @@ def test_set_operation_and_outer_join_series_equal_duckdb(spark, tmp_path):
     segments = [segment(rng, rng.choice([0, 25])) for _ in range(4)]
     series = [Series(name, sql, tables, period) for name, sql, tables, period in
               [*SET_OPERATIONS, *OUTER_JOINS]]
-    df = _dataflow(series, shared_scan=True)
+    df = dataflow(series, shared_scan=True)
     program = df.stages[series_stage_name("log")].program
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for seg in segments:
@@ -110,13 +102,13 @@ def test_a_series_added_later_reads_kept_segments(spark, tmp_path):
     weekly = Series("last3", "SELECT A, sum(B) AS s FROM log GROUP BY A",
                     {"log": "log[-2:0]"}, 1)
     home = str(tmp_path / "home")
-    with Controller(home, _dataflow([daily, weekly]), spark=spark, num_partitions=2) as c:
+    with Controller(home, dataflow([daily, weekly]), spark=spark, num_partitions=2) as c:
         for seg in segments[:3]:
             _ingest(c, tmp_path, seg)
         c.run()
     late = Series("pairs", "SELECT t.A AS A, count(*) AS n FROM t JOIN y ON t.D = y.D "
                   "GROUP BY t.A", {"t": "log", "y": "log[-1]"})
-    with Controller(home, _dataflow([daily, weekly, late]), spark=spark,
+    with Controller(home, dataflow([daily, weekly, late]), spark=spark,
                     num_partitions=2) as c:
         for seg in segments[3:]:
             _ingest(c, tmp_path, seg)
@@ -153,7 +145,7 @@ def plan_view(c, series):
 def test_bad_data_in_a_window_names_the_series_and_commits_nothing(spark, tmp_path):
     ratio = Series("ratio", "SELECT A, sum(B) / sum(B - B) AS r FROM log GROUP BY A", {})
     fine = Series("fine", "SELECT A, count(*) AS n FROM log GROUP BY A", {})
-    with Controller(str(tmp_path / "home"), _dataflow([fine, ratio]), spark=spark,
+    with Controller(str(tmp_path / "home"), dataflow([fine, ratio]), spark=spark,
                     num_partitions=2) as c:
         _ingest(c, tmp_path, segment(random.Random(1), 10))
         with pytest.raises(EpochError) as e:
@@ -193,7 +185,7 @@ def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_
 def _answered_as_duckdb(spark, tmp_path, series, segments, shared_scan):
     """Run ``series`` over ``segments`` with ``shared_scan``, check every occurrence
     against DuckDB's, and give the epochs' reports and the last epoch's scan state."""
-    df = _dataflow(series, shared_scan=shared_scan)
+    df = dataflow(series, shared_scan=shared_scan)
     stage = df.stages[series_stage_name("log")]
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for seg in segments:
@@ -289,5 +281,5 @@ def test_an_answer_reading_a_view_written_now_is_measured_whole(spark, tmp_path)
 
 def test_an_unknown_scan_plan_is_refused():
     with pytest.raises(StrataError, match="shared_scan is True, False, 'prefix', 'reorder'"):
-        _dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],
+        dataflow([Series("a", "SELECT A, count(*) AS n FROM log GROUP BY A", {})],
                   shared_scan="sometimes")
