@@ -20,8 +20,11 @@ S (the largest must be at least 4x the smallest):
 * direct shuffle bytes at 4xS / at S            <= 1.1 (only the increment is shuffled)
 * black-box shuffle bytes at 4xS / at S         grows (the whole state is shuffled)
 * inner direct state_bytes_read / state_bytes_total, run with I <= 1% of S  <= 5%
-  (epochs 2..E: runs stay in the memory of the worker that read or wrote them, so the
-  first epoch after the pre-load reads the state once; its figure is reported too)
+  (epochs 2..E: runs stay in the memory of the worker that read or wrote them, and in
+  the machine's shared decoded copy, ``storage/machine_runs.py``, so storage is read only
+  for runs neither holds; the first epoch's figure is reported too, and the bytes found
+  on the machine as ``from_machine``. ``--machine-run-cache-mb 0`` turns the machine's
+  copy off.)
 * direct per-epoch seconds at 4xS / at S        <= 1.25 (mean of epochs 2..E)
 * vectorized shuffle bytes at 4xS / at S        <= 1.1
 * state bytes on disk / the same state as one Parquet file (snappy), inner at the
@@ -176,6 +179,7 @@ def run_one(
             "seconds": round(seconds, 4),
             "shuffle_bytes": m.shuffle_write_bytes,
             "state_bytes_read": rm["state_bytes_read"],
+            "state_bytes_from_machine": rm.get("state_bytes_from_machine", 0),
             "state_bytes_total": rm["state_bytes_total"],
             "state_records": work.state_records[e],
             "keys_called": rm["keys_called"],
@@ -229,11 +233,13 @@ def _steady(run: dict) -> list[dict]:
     return run["epochs"][1:] or run["epochs"]
 
 
-def _read_fraction(run: dict) -> float:
-    """Of epochs 2..E: epoch 1 after the pre-load finds no run in the workers' memory
-    (``RUN_CACHE``) and reads the state once, as a restarted process does (reported
-    apart, as ``cold_first_epoch``)."""
-    return _mean([e["state_bytes_read"] / e["state_bytes_total"] for e in _steady(run)
+def _read_fraction(run: dict, what: str = "state_bytes_read") -> float:
+    """Of epochs 2..E, the mean of ``what`` (bytes read from storage, or
+    ``state_bytes_from_machine``: stored bytes of runs found in the machine's decoded
+    copy instead) over the state's bytes. Epoch 1 after the pre-load finds no run in the
+    workers' memory (``RUN_CACHE``), only the machine's copies of the runs the pre-load
+    wrote (reported apart, as ``cold_first_epoch``)."""
+    return _mean([e.get(what, 0) / e["state_bytes_total"] for e in _steady(run)
                   if e["state_bytes_total"]])
 
 
@@ -282,7 +288,11 @@ def summarize(runs: list[dict]) -> dict:
             max_epoch=round(max(e["state_bytes_read"] / e["state_bytes_total"]
                                 for e in _steady(r)), 5),
             cold_first_epoch=round(r["epochs"][0]["state_bytes_read"]
-                                   / r["epochs"][0]["state_bytes_total"], 5))
+                                   / r["epochs"][0]["state_bytes_total"], 5),
+            from_machine=round(_read_fraction(r, "state_bytes_from_machine"), 5),
+            cold_first_epoch_from_machine=round(
+                r["epochs"][0].get("state_bytes_from_machine", 0)
+                / r["epochs"][0]["state_bytes_total"], 5))
     for mode in (*DIRECT_STORES, "vectorized"):
         r = by[(mode, "inner", hi)]
         if "state_bytes_parquet" in r:
@@ -305,13 +315,15 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def human_summary(result: dict, wall: float) -> str:
-    lines = ["", "run                              s/epoch  shuffle B/epoch  state read"]
+    lines = ["", "run                              s/epoch  shuffle B/epoch  state read"
+             "  on machine"]
     for r in result["runs"]:
         name = f"{r['mode']:10s} {r['state_grouping']:5s} S={r['initial_state_records']:>9,}"
         lines.append(
             f"{name:32s} {_mean([e['seconds'] for e in r['epochs']]):7.2f}  "
             f"{_mean([e['shuffle_bytes'] for e in r['epochs']]):15,.0f}  "
             f"{100 * _read_fraction(r):9.2f}%"
+            f"  {100 * _read_fraction(r, 'state_bytes_from_machine'):9.2f}%"
         )
     s = result["summary"]
     lines.append(f"\nratios, S={s['S_large']:,} vs S={s['S_small']:,} "
@@ -382,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tmp", help="directory for the temporary homes (default: system temp)")
     ap.add_argument("--no-verify", dest="verify", action="store_false",
                     help="skip reading back the final state of each run to check it")
+    ap.add_argument("--machine-run-cache-mb", type=float, default=2048,
+                    help="budget of the decoded runs the machine's processes share "
+                         "(STRATA_MACHINE_RUN_CACHE_MB; 0: each worker reads from storage "
+                         "the runs it does not hold itself)")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     states = sorted(args.states or sizes["states"])
@@ -392,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
 
     wall0 = time.perf_counter()
     load_start = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="strata-bench-", dir=args.tmp))
+    # a cold, private machine cache (storage/machine_runs.py), set before strata is
+    # imported and Spark starts its Python workers, which read it from the environment
+    os.environ["STRATA_MACHINE_RUN_CACHE_DIR"] = str(tmp / "machine-runs")
+    os.environ["STRATA_MACHINE_RUN_CACHE_MB"] = str(args.machine_run_cache_mb)
     import pyspark
 
     from strata.observability.spark_metrics import SparkMetrics
@@ -403,12 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     # none in the driver (docs/architecture.md, "Small epochs in the driver")
     spark.conf.set(DRIVER_ROWS, "-1")
     metrics = SparkMetrics(spark)
-    tmp = Path(tempfile.mkdtemp(prefix="strata-bench-", dir=args.tmp))
     config = {
         "states": states, "increment": inc, "epochs": epochs, "num_partitions": args.partitions,
         "existing_fraction": args.existing, "seed": args.seed,
         "master": spark.sparkContext.master, "quick": args.quick,
         "preload_files": 8, "increment_files": 2, DRIVER_ROWS: "-1",
+        "STRATA_MACHINE_RUN_CACHE_MB": args.machine_run_cache_mb,
     }
     log(f"strata benchmark: S={states}, I={inc:,}, E={epochs}, {args.partitions} partitions, "
         f"master {config['master']}, temp dir {tmp}")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+# this run's own machine-wide run cache (storage/machine_runs.py), not the user's
+MACHINE_RUN_CACHE = tempfile.mkdtemp(prefix="strata-test-runs-")
+os.environ["STRATA_MACHINE_RUN_CACHE_DIR"] = MACHINE_RUN_CACHE
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +23,4 @@ def spark():
     session = get_spark("local[2]", app_name="strata-tests", spark_driver_memory="2g")
     yield session
     session.stop()
+    shutil.rmtree(MACHINE_RUN_CACHE, ignore_errors=True)

@@ -15,6 +15,7 @@ from strata.model.keys import encode_key
 from strata.model.schema import records_of
 from strata.storage import columnar_runs
 from strata.storage.direct_columns import DirectColumns, StoreSpec, key_column
+from strata.storage.machine_runs import MACHINE_RUNS, MachineRunCache
 from strata.storage.partition_store import PartitionStore, RunInfo
 
 BY_COLUMN = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -80,15 +81,19 @@ def test_matches_dict_model(tmp_path, data, pair, max_runs):
         model.update(entries)
         check(store_of(root, runs, pair), model, absent)  # runs kept in memory
         columnar_runs.RUN_CACHE.clear()
+        check(store_of(root, runs, pair), model, absent)  # from the machine's copy
+        columnar_runs.RUN_CACHE.clear()
+        MACHINE_RUNS.clear()
         check(store_of(root, runs, pair), model, absent)  # from the files
     assert len(runs) <= max_runs or len(runs) == 1
     listed = sorted(os.listdir(os.path.join(root, "p00000"))) if runs else []
     assert listed == sorted(f"{r.run_id}.arrow" for r in runs)
 
 
-def test_a_process_reads_a_run_from_storage_once(tmp_path, monkeypatch):
-    """Runs never change, so a process keeps those it wrote or read (up to a budget):
-    a later store of the same runs reads nothing from storage, and gives the same."""
+def test_a_machine_reads_a_run_from_storage_once(tmp_path, monkeypatch):
+    """Runs never change, so a process keeps those it wrote or read (up to a budget) and
+    the machine keeps a decoded copy: a later store of the same runs, in this process or
+    another of the machine, reads nothing from storage, and gives the same."""
     root = str(tmp_path)
     entries = [(encode_key(k), k, records(k, [k * 2], False)) for k in range(2_000)]
     run = store_of(root, [], False).write_run("r0", entries)
@@ -96,16 +101,52 @@ def test_a_process_reads_a_run_from_storage_once(tmp_path, monkeypatch):
     want = {encode_key(k): (k, [{"k": k, "v": k * 2}]) for k in range(0, 2_000, 100)}
     written = store_of(root, [run], False)  # this process wrote it
     assert written.lookup(wanted) == want and written.bytes_read == 0
-    columnar_runs.RUN_CACHE.clear()  # another process: read once, then from memory
+    assert written.bytes_from_machine == 0
+    columnar_runs.RUN_CACHE.clear()  # another process of the machine: the shared copy
+    peer, warm = store_of(root, [run], False), store_of(root, [run], False)
+    assert peer.lookup(wanted) == want and peer.bytes_read == 0
+    assert peer.bytes_from_machine == run.data_bytes
+    assert warm.lookup(wanted) == want and warm.bytes_read == warm.bytes_from_machine == 0
+    columnar_runs.RUN_CACHE.clear()
+    MACHINE_RUNS.clear()  # a process of another machine: read once, then from memory
     cold, warm = store_of(root, [run], False), store_of(root, [run], False)
     assert cold.lookup(wanted) == want and cold.bytes_read == run.data_bytes > 0
     assert warm.lookup(wanted) == want and warm.bytes_read == 0
-    monkeypatch.setattr(columnar_runs.RUN_CACHE, "budget", 0)  # STRATA_RUN_CACHE_MB=0
+    # STRATA_RUN_CACHE_MB=0 and STRATA_MACHINE_RUN_CACHE_MB=0: storage every time
+    monkeypatch.setattr(columnar_runs.RUN_CACHE, "budget", 0)
+    monkeypatch.setattr(MACHINE_RUNS, "budget", 0)
     columnar_runs.RUN_CACHE.clear()
+    MACHINE_RUNS.clear()
     for _ in range(2):
         again = store_of(root, [run], False)
         assert again.lookup(wanted) == want and again.bytes_read == run.data_bytes
-    assert not columnar_runs.RUN_CACHE
+    assert not columnar_runs.RUN_CACHE and not os.listdir(MACHINE_RUNS.directory)
+
+
+def test_machine_cache_evicts_least_recently_used(tmp_path):
+    """Past its budget the machine's cache drops the files used longest ago; a hit
+    counts as a use; a table over a quarter of the budget is not kept."""
+    table = pa.table({"k": pa.array(range(10_000), pa.int64())})
+    cache = MachineRunCache(str(tmp_path / "machine"), budget=int(table.nbytes * 4.2))
+    for i, name in enumerate("abcd"):  # four files fit, five do not
+        assert cache.put(name, table)
+        os.utime(cache._path(name), (i + 1, i + 1))
+    assert cache.get("a") == table  # "a" used last now, "b" the oldest
+    assert cache.put("e", table)
+    assert cache.get("b") is None
+    assert all(cache.get(name) == table for name in "acde")
+    assert not cache.put("big", pa.concat_tables([table] * 2))
+    assert cache.get("big") is None
+    assert MachineRunCache(str(tmp_path / "off"), budget=0).put("a", table) is False
+
+
+def test_machine_cache_ignores_a_directory_others_can_write(tmp_path):
+    """Files another user could have planted are never mapped: the cache turns off."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    cache = MachineRunCache(str(shared), budget=1 << 20)
+    assert not cache.put("a", pa.table({"k": [1]})) and cache.get("a") is None
 
 
 def test_key_column_rule():
@@ -178,3 +219,14 @@ def test_tombstone_masks_older_run(tmp_path, pair):
     assert list(store_of(str(tmp_path), [first, dead], pair).scan()) == []
     assert store_of(str(tmp_path), [first], pair).lookup({enc: key}) == {
         enc: (key, records(key, [5, 6], pair))}
+
+
+def test_machine_cache_drops_a_damaged_file(tmp_path):
+    """A file that is not a whole Arrow IPC file is a miss, and is replaced."""
+    table = pa.table({"k": [1, 2, 3]})
+    cache = MachineRunCache(str(tmp_path / "machine"), budget=1 << 20)
+    assert cache.put("a", table)
+    with open(cache._path("a"), "r+b") as f:
+        f.truncate(10)
+    assert cache.get("a") is None
+    assert cache.put("a", table) and cache.get("a") == table

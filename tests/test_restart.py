@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _in_new_process(home: Path, mode: str, phase: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # each process as if on a machine of its own: no decoded runs shared between them
+    machine = home.parent / f"machine-{mode}-{phase}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STRATA_MACHINE_RUN_CACHE_DIR": str(machine)}
     out = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "restart_worker.py"), str(home), mode, phase],
         capture_output=True, text=True, env=env, timeout=300, check=False,

@@ -296,6 +296,7 @@ class PartitionRun:
                 result["runs"] = [r.to_json() for r in self._write_direct(called, stored, pending)]
                 assert self.store is not None  # direct mode with state opened it
                 result["state_bytes_read"] = self.store.bytes_read
+                result["state_bytes_from_machine"] = self.store.bytes_from_machine
                 result["state_bytes_compaction_read"] = self.compaction_read
         if self.remote or self.assoc:
             uri = t._file(t.layout.pending_dir, p, "pkl")

@@ -192,6 +192,8 @@ class TranslateProgram(StageProgram):
             "state_bytes_read": read,  # lookups, scans, pending files and compaction
             "state_bytes_compaction_read": sum(r.get("state_bytes_compaction_read", 0)
                                                for r in results),
+            "state_bytes_from_machine": sum(r.get("state_bytes_from_machine", 0)
+                                            for r in results),
         }
         return EpochOutcome(outputs, after.to_json(),
                             ctx.num_partitions if stage.state is not None else 0, metrics)

@@ -311,8 +311,8 @@ class VectorizedProgram(StageProgram):
                 runs[r["partition"]] = [RunInfo.from_json(x) for x in r["runs"]]
         shape = self.shape
         state = VectorState(shape.keys, to_ddl(shape.state), runs) if shape.state else None
-        metrics = {"keys_called": sum(r.get("keys_called", 0) for r in results),
-                   "state_bytes_read": sum(r.get("state_bytes_read", 0) for r in results)}
+        metrics = {key: sum(r.get(key, 0) for r in results)
+                   for key in ("keys_called", "state_bytes_read", "state_bytes_from_machine")}
         return EpochOutcome(outputs, state.to_json() if state else {},
                             ctx.num_partitions if state else 0, metrics)
 
@@ -455,6 +455,7 @@ class _VectorTask:
         if store is not None and state is not None and new_state is not None:
             info["runs"] = [r.to_json() for r in self._write_state(store, state, new_state)]
             info["state_bytes_read"] = store.bytes_read
+            info["state_bytes_from_machine"] = store.bytes_from_machine
         return info
 
     def _call(self, state: pa.Table | None, inputs: dict[str, pa.Table], called: pa.Table

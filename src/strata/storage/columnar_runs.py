@@ -14,8 +14,9 @@ epoch's keys (the price of columns; ``docs/vectorized.md`` gives the measurement
 writes stay proportional to the keys the epoch touched. Runs never change once written
 (their names carry the attempt's token), so each process keeps the runs it read or wrote
 last in memory (:data:`RUN_CACHE`, as Structured Streaming's state store keeps its
-maps in the executor): a later epoch whose task lands in the same worker reads from
-storage only the runs written elsewhere since.
+maps in the executor), and the processes of one machine share a decoded copy of each
+(``machine_runs.MACHINE_RUNS``): a later epoch reads from storage only the runs written
+on other machines since, whichever of this machine's Python workers Spark gives its task.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from strata.storage.home import StageLayout
+from strata.storage.machine_runs import MACHINE_RUNS
 from strata.storage.partition_store import RunInfo, delete_unlisted
 from strata.storage.table_cache import TableCache
 
@@ -84,7 +86,8 @@ class ColumnarRuns:
         self.schema, self.keys = schema, list(keys)
         self.file_schema = pa.schema([f.with_nullable(True) for f in schema]
                                      + [pa.field(DEAD, pa.bool_())])
-        self.bytes_read = 0  # from storage: runs found in RUN_CACHE are not counted
+        self.bytes_read = 0  # from storage: runs found in a cache are not counted
+        self.bytes_from_machine = 0  # of runs found in MACHINE_RUNS instead (stored sizes)
 
     def _path(self, run_id: str) -> str:
         return f"{self.dir}/{run_id}.arrow"
@@ -92,21 +95,31 @@ class ColumnarRuns:
     def _cache_key(self, run_id: str) -> str:
         return f"{self.root}|{self._path(run_id)}"
 
+    def _machine_key(self, run: RunInfo) -> str:
+        return f"{self._cache_key(run.run_id)}|{run.data_bytes}"
+
     # ------------------------------------------------------------------ reading
     def _read(self, run: RunInfo) -> pa.Table:
         key = self._cache_key(run.run_id)
         hit = RUN_CACHE.get(key)
         if hit is not None:
             return hit
+        table = MACHINE_RUNS.get(self._machine_key(run))
+        if table is not None:
+            self.bytes_from_machine += run.data_bytes
+        else:
+            table = self._read_stored(run)
+            MACHINE_RUNS.put(self._machine_key(run), table)
+        RUN_CACHE.put(key, table)
+        return table
+
+    def _read_stored(self, run: RunInfo) -> pa.Table:
         path = self._path(run.run_id)
         self.bytes_read += run.data_bytes
         if isinstance(self.fs, pafs.LocalFileSystem):  # the map lives as long as its buffers
-            table = pa.ipc.open_file(pa.memory_map(path)).read_all()
-        else:
-            with self.fs.open_input_file(path) as f:
-                table = pa.ipc.open_file(f).read_all()
-        RUN_CACHE.put(key, table)
-        return table
+            return pa.ipc.open_file(pa.memory_map(path)).read_all()
+        with self.fs.open_input_file(path) as f:
+            return pa.ipc.open_file(f).read_all()
 
     def _live(self, table: pa.Table) -> pa.Table:
         rows = table.filter(pc.invert(table[DEAD])).drop_columns([DEAD])
@@ -180,8 +193,9 @@ class ColumnarRuns:
             raise
         size = self.fs.get_file_info(path).size
         RUN_CACHE.put(self._cache_key(run_id), table)
-        tombstones = table.num_rows - live.num_rows
-        return RunInfo(run_id, table.num_rows, size, 0, tombstones)
+        info = RunInfo(run_id, table.num_rows, size, 0, table.num_rows - live.num_rows)
+        MACHINE_RUNS.put(self._machine_key(info), table)
+        return info
 
     def maybe_compact(self, run_id: str, runs: Sequence[RunInfo], *, max_runs: int = 8,
                       base_fraction: float = 0.25) -> list[RunInfo]:

@@ -97,6 +97,11 @@ class DirectColumns:
         """Bytes of the runs read so far (lookups, scans and compaction)."""
         return self.store.bytes_read
 
+    @property
+    def bytes_from_machine(self) -> int:
+        """Stored bytes of the runs found in the machine's decoded copy instead of read."""
+        return self.store.bytes_from_machine
+
     def _keys_table(self, keys: Iterable[tuple[bytes, Any]]) -> pa.Table:
         """The key column(s) of ``(enc, key)`` pairs, as the runs store them."""
         if self.column is None:

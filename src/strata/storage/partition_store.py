@@ -94,6 +94,7 @@ class PartitionStore:
         self.partition = partition
         self.runs: list[RunInfo] = list(runs)
         self.bytes_read = 0
+        self.bytes_from_machine = 0  # no copy on the machine: kept for the columnar store's API
         self._indexes: dict[str, np.ndarray] = {}  # index entries read whole, by run id
 
     @property
