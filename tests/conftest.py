@@ -23,4 +23,7 @@ def spark():
     session = get_spark("local[2]", app_name="strata-tests", spark_driver_memory="2g")
     yield session
     session.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(MACHINE_RUN_CACHE, ignore_errors=True)
