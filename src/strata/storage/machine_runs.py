@@ -120,7 +120,10 @@ class MachineRunCache:
         self._evict()
         return True
 
-    def _evict(self) -> None:
+    def _evict(self, budget: int | None = None) -> None:
+        """Drop the least recently used entries past ``budget`` (default: the cache's),
+        and temporary files of writers that died."""
+        budget = self.budget if budget is None else budget
         stats: list[tuple[os.stat_result, str]] = []
         with suppress(OSError), os.scandir(self.directory) as entries:
             for entry in entries:
@@ -136,7 +139,7 @@ class MachineRunCache:
                     os.remove(path)
         total = sum(stat.st_size for stat, _ in kept)
         for stat, path in sorted(kept, key=lambda sp: sp[0].st_mtime):
-            if total <= self.budget:
+            if total <= budget:
                 break
             with suppress(OSError):
                 os.remove(path)
@@ -144,11 +147,7 @@ class MachineRunCache:
 
     def clear(self) -> None:
         """Delete every entry (tests; a process that wants a cold machine)."""
-        with suppress(OSError):
-            for entry in os.scandir(self.directory):
-                if entry.name.endswith(_SUFFIX):
-                    with suppress(OSError):
-                        os.remove(entry.path)
+        self._evict(budget=0)
 
 
 MACHINE_RUNS = MachineRunCache.from_environment()
