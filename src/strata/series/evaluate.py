@@ -66,7 +66,7 @@ def view_of_segment(view: View, segment: DataFrame) -> DataFrame:
         assert isinstance(view.node, GroupBy)
         return lift(group_plan(view.node, view.monoids), rows(view.node.child, segment))
     d = rows(view.node, segment)
-    return d.select(*[F.col(f"`{c}`").alias(_strip(c, view.prefix)) for c in d.columns])
+    return d.select(*[F.col(f"`{c}`").alias(unprefixed(c, view.prefix)) for c in d.columns])
 
 
 def jumbo_eligible(view: View) -> bool:
@@ -313,7 +313,7 @@ def _over_stream(sql: str, prefix: str) -> str:
     while isinstance(tree, exp.Paren):
         tree = tree.this
     for c in tree.find_all(exp.Column):
-        c.set("this", exp.to_identifier(_strip(c.name, prefix), quoted=True))
+        c.set("this", exp.to_identifier(unprefixed(c.name, prefix), quoted=True))
     return tree.sql(dialect="spark")
 
 
@@ -324,7 +324,8 @@ def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:
                          *[F.col(f"`b{index}__{p.name}`").alias(p.name) for p in parts])
 
 
-def _strip(name: str, prefix: str) -> str:
+def unprefixed(name: str, prefix: str) -> str:
+    """``name`` without a view's column ``prefix`` (as the view's table stores it)."""
     return name[len(prefix):] if prefix and name.startswith(prefix) else name
 
 
@@ -364,7 +365,7 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
                 assert isinstance(node, GroupBy)
                 gp = group_plan(node, view.monoids)
                 return answer(gp, merge_partials(gp, stored), spark)
-            return stored.select(*[F.col(f"`{_strip(c, view.prefix)}`").alias(c)
+            return stored.select(*[F.col(f"`{unprefixed(c, view.prefix)}`").alias(c)
                                    for c in node.columns])
         if isinstance(node, Map):
             d = evaluate(node.child)

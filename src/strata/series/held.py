@@ -32,7 +32,7 @@ from strata.queries.arrow_lift import aggregate, outside
 from strata.queries.expressions import MULT
 from strata.queries.incremental import GroupPlan
 from strata.queries.tables import QueryTables
-from strata.series.evaluate import _strip, group_plan
+from strata.series.evaluate import group_plan, unprefixed
 from strata.series.normalize import SeriesPlan, View, union_partials
 from strata.storage import fs
 from strata.storage.increments import FILE_CACHE, Increment, read_table
@@ -143,7 +143,7 @@ def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table
                 return None
             if view.kind == "partial":
                 return _answered(group_plan(node, view.monoids), stored)  # type: ignore[arg-type]
-            return arrow_step.renamed(stored, {_strip(c, view.prefix): c for c in node.columns})
+            return arrow_step.renamed(stored, {unprefixed(c, view.prefix): c for c in node.columns})
         branches = union_partials(node, plan)
         if branches is not None:
             parts = [read(v, windows[v.table]) for v in branches]
