@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+# the 1-minute load when the benchmark imported this module, i.e. as it started
+_LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def parser(doc: str, *, seed: int | None = None, partitions: int = 2,
@@ -37,10 +45,46 @@ def save(fig, path: str, **layout) -> None:
 
 def emit(result: dict, json_path: str, plot_path: str | None,
          plot: Callable[[dict, str], None]) -> None:
-    """Write ``result`` as JSON to ``json_path`` and stdout, and draw it if asked."""
+    """Write ``result`` as JSON to ``json_path`` and stdout, and draw it if asked. The
+    JSON records the run itself under ``run`` (:func:`run_record`), which
+    ``benchmarks/render_performance.py`` prints in docs/performance.md."""
+    result = {**result, "run": run_record()}
     text = json.dumps(result, indent=1)
     Path(json_path).parent.mkdir(parents=True, exist_ok=True)
     Path(json_path).write_text(text + "\n")
     print(text)
     if plot_path:
         plot(result, plot_path)
+
+
+def run_record() -> dict:
+    """What the results of this run were measured on: the commit (None outside a git
+    checkout; ``dirty`` if the work tree had changes), the date (UTC), the machine and
+    the 1-minute load average at the start and the end, and the command."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                                 cwd=Path(__file__).parent, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    try:
+        import pyspark
+        spark: str | None = pyspark.__version__
+    except ImportError:
+        spark = None
+    end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version(), "spark": spark},
+        "load_average_1m": {"start": _round(_LOAD_AT_START), "end": _round(end)},
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+
+
+def _round(load: float | None) -> float | None:
+    return None if load is None else round(load, 2)
