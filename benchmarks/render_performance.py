@@ -60,8 +60,8 @@ def figures(summary: object, prefix: str = "",
 
 def _load(result: dict) -> str:
     run = result.get("run") or {}
-    machine = result.get("machine") if isinstance(result.get("machine"), dict) else {}
-    summary = result.get("summary") if isinstance(result.get("summary"), dict) else {}
+    machine: dict = m if isinstance(m := result.get("machine"), dict) else {}
+    summary: dict = s if isinstance(s := result.get("summary"), dict) else {}
     load = (run.get("load_average_1m") or result.get("load_average_1m")
             or machine.get("load_average_1m") or summary.get("load_average_1m"))
     if isinstance(load, dict):
@@ -92,11 +92,12 @@ def render_one(name: str, result: dict) -> str:
     commit = run.get("commit")
     if commit and run.get("dirty"):
         commit += " (with uncommitted changes)"
-    script = name if (ROOT / "benchmarks" / f"{name}.py").exists() else NOT_RECORDED
+    command = (f"`.venv/bin/python benchmarks/{name}.py --json benchmarks/results/{name}.json"
+               f" --plot benchmarks/results/{name}.png`"
+               if (ROOT / "benchmarks" / f"{name}.py").exists() else NOT_RECORDED)
     lines = [
         f"### {name}", "",
-        f"- command: `.venv/bin/python benchmarks/{script}.py --json "
-        f"benchmarks/results/{name}.json --plot benchmarks/results/{name}.png`",
+        f"- command: {command}",
         f"- commit: {commit or NOT_RECORDED}",
         f"- date: {run.get('date') or NOT_RECORDED}",
         f"- machine: {_machine(result)}",

@@ -77,9 +77,9 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
     :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
     blocking operator) when the query cannot be maintained, unless ``allow_recompute``
     lets such a query (a many-to-many join) be recomputed over all its input every
-    epoch (:mod:`strata.queries.recompute`). A group-by of one insert-only flow with
-    built-in aggregates runs on the vectorized route (:mod:`strata.queries.vector_route`)
-    unless ``vectorized`` is False."""
+    epoch (:mod:`strata.queries.recompute`). A group-by of one flow with built-in
+    aggregates runs on the vectorized route (:mod:`strata.queries.vector_route`; over a
+    flow with deletes, only counts, sums and averages) unless ``vectorized`` is False."""
     out = output or f"{name}_changes"
     program: QueryProgram | VectorQueryProgram
     if isinstance(query, Iteration):
