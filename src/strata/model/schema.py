@@ -143,9 +143,14 @@ def records_of(data: pa.Table | pa.RecordBatch) -> list[dict]:
     return data.to_pylist(maps_as_pydicts="strict")
 
 
-@functools.lru_cache(maxsize=256)
 def _has_map(schema: pa.Schema) -> bool:
-    return any(holds_map(f.type) for f in schema)
+    # keyed by the column types: a schema with metadata is unhashable before pyarrow 17
+    return _types_hold_map(tuple(schema.types))
+
+
+@functools.lru_cache(maxsize=256)
+def _types_hold_map(types: tuple[pa.DataType, ...]) -> bool:
+    return any(holds_map(t) for t in types)
 
 
 def holds_map(kind: pa.DataType) -> bool:
