@@ -21,14 +21,15 @@ import pyarrow.fs as pafs
 
 from strata.model.errors import StrataError
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+# ``scheme://…``, or ``file:/…`` as Hadoop prints it (a plain name such as ``a:b`` is a path)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://|^(file):", re.I)
 _PYARROW_SCHEME = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names pyarrow spells otherwise
 
 
 def scheme(location: str) -> str | None:
     """The URI scheme of ``location`` (lower case), or None for a plain path."""
     m = _SCHEME.match(location)
-    return m.group(1).lower() if m else None
+    return (m.group(1) or m.group(2)).lower() if m else None
 
 
 def is_local(location: str) -> bool:
