@@ -10,7 +10,6 @@ full recomputation with Spark SQL over all days so far.
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from importlib.resources import files
@@ -23,6 +22,8 @@ from rich.table import Table
 from strata.apps.urlcount import urlcount_dataflow
 from strata.physical.runner import SparkStageRunner
 from strata.physical.session import get_spark
+from strata.storage import fs
+from strata.storage.home import Home
 from strata.storage.increments import Increment, write_table
 
 
@@ -33,21 +34,21 @@ def sample_days() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--home", help="strata home directory (default: a fresh temp dir)")
+    ap.add_argument("--home", help="strata home directory, a path or a URI such as "
+                                   "file:///… or hdfs://… (default: a fresh temp dir)")
     ap.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     ap.add_argument("--mode", default="direct", choices=["direct", "blackbox"])
     args = ap.parse_args(argv)
     console = Console(width=max(100, Console().width))
-    home = Path(args.home or tempfile.mkdtemp(prefix="strata-demo-"))
-    if home.exists():
-        shutil.rmtree(home)
+    home = Home(args.home or tempfile.mkdtemp(prefix="strata-demo-")).root
+    fs.delete_quietly(home)  # the demo starts from nothing
 
     console.print("[bold]strata demo[/]: incremental URL counts over 4 daily crawl increments")
     with console.status("starting Spark…"):
         spark = get_spark(args.master, app_name="strata-demo")
     df = urlcount_dataflow("inner")
     stage = df.stages["count"]
-    runner = SparkStageRunner(str(home), spark, mode=args.mode, num_partitions=4)
+    runner = SparkStageRunner(home, spark, mode=args.mode, num_partitions=4)
 
     log = Table(title=f"epochs ({args.mode} mode, state grouping: inner)",
                 caption="state KiB read: the state an epoch reads, i.e. the entries of the "
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = []
     for day in sample_days():
         table = pajson.read_json(day).select(["url"])
-        uri = str(home / "inbox" / f"{day.stem}.parquet")
+        uri = fs.join(home, "inbox", f"{day.stem}.parquet")
         inc = Increment((uri,), table.num_rows, write_table(uri, table))
         seen.append(uri)
         t0 = time.perf_counter()

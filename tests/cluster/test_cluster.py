@@ -24,6 +24,7 @@ from tests.cluster.conftest import (
     driver_env,
     epochs_of,
     events,
+    jsonl,
     local,
     records,
     sh,
@@ -62,6 +63,26 @@ def test_demo_on_the_cluster_equals_local(cluster, spark, tmp_path):
     state, flows = _demo_outputs(home)
     assert len(state) == 1987 and sorted(flows) == [1, 2, 3, 4]
     assert (state, flows) == _demo_outputs(tmp_path / "local")
+
+
+def test_uri_home_with_the_catalog_elsewhere_equals_local(cluster, tmp_path):
+    """A ``file://`` home (as a shared filesystem's URI would be given) with its catalog
+    at a local path: the executors read and write the home's files at the URI, and the
+    counts are local mode's over a plain-path home."""
+    home, cat = f"file://{tmp_path}/uri", str(tmp_path / "catalog" / "c.sqlite")
+    plain = tmp_path / "plain"
+    days = [SAMPLE / "day-1.jsonl", SAMPLE / "day-2.jsonl"]
+    for where in (("--home", home, "--catalog", cat), ("--home", plain)):
+        local("run", URLCOUNT, *where)
+        for day in days:
+            local("ingest", "urls", day, *where)
+    local("run", URLCOUNT, "--home", plain)
+    ran = json.loads(sh("run", URLCOUNT, "--home", home, "--catalog", cat, "--master",
+                        cluster.master, "--partitions", "4", "--json", *TASKS))
+    assert ran["epochs"] == 2 and not (tmp_path / "uri" / "catalog.sqlite").exists()
+    counts = sorted(jsonl(local("show", "counts", "--home", home, "--catalog", cat, "--all",
+                                "--format", "jsonl")), key=lambda r: json.dumps(r, sort_keys=True))
+    assert counts and counts == records(plain, "counts")
 
 
 # -- the URL-count pipeline with a registered query, 3 increments in 2 runs -------------

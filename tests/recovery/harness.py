@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from strata.controller import Controller, ingest
+from strata.storage.home import Home
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = "tests.recovery.pipeline"
@@ -42,20 +43,22 @@ def worker_env(crash: str | None = None, jvm_options: str | None = None) -> dict
     return env
 
 
-def ingest_all(home: Path, pipeline: str = PIPELINE) -> None:
-    """Register the pipeline's dataflow in ``home`` and ingest all its batches."""
+def ingest_all(home: Path | str, pipeline: str = PIPELINE, catalog: str | None = None) -> None:
+    """Register the pipeline's dataflow in ``home`` (a path or a URI; its catalog at
+    ``catalog`` if given) and ingest all its batches."""
     mod = importlib.import_module(pipeline)
-    Controller(home, mod.build_dataflow()).close()
+    Controller(home, mod.build_dataflow(), catalog=catalog).close()
     for flow, records, end in mod.batches():
-        ingest(str(home), flow, records, end_frame=end)
+        ingest(Home(str(home), catalog), flow, records, end_frame=end)
 
 
-def run_worker(home: Path, crash: str | None = None, kill_after: float | None = None,
+def run_worker(home: Path | str, crash: str | None = None, kill_after: float | None = None,
                pipeline: str = PIPELINE, jvm_options: str | None = None,
-               ) -> tuple[int, str, str]:
+               catalog: str | None = None) -> tuple[int, str, str]:
     """Run ``pipeline`` over ``home`` until idle in a new process: (returncode, stdout,
     stderr); stdout names where strata came from and each epoch run."""
-    cmd = [sys.executable, "-m", "tests.recovery.worker", str(home), pipeline]
+    cmd = [sys.executable, "-m", "tests.recovery.worker", str(home), pipeline,
+           *([catalog] if catalog else [])]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(crash, jvm_options),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if kill_after is not None:
@@ -68,14 +71,15 @@ def run_worker(home: Path, crash: str | None = None, kill_after: float | None = 
     return proc.returncode, out, err
 
 
-def crash_run(home: Path, crash: str | None, kill_after: float | None = None,
-              pipeline: str = PIPELINE, jvm_options: str | None = QUICK_JVM) -> bool:
+def crash_run(home: Path | str, crash: str | None, kill_after: float | None = None,
+              pipeline: str = PIPELINE, jvm_options: str | None = QUICK_JVM,
+              catalog: str | None = None) -> bool:
     """Ingest everything, then run a controller process that is killed with SIGKILL
     (by default on a JVM for short workers, ``QUICK_JVM``). True if it was killed (it
     may finish first when killed after a delay)."""
-    ingest_all(home, pipeline)
+    ingest_all(home, pipeline, catalog)
     rc, _, err = run_worker(home, crash=crash, kill_after=kill_after, pipeline=pipeline,
-                            jvm_options=jvm_options)
+                            jvm_options=jvm_options, catalog=catalog)
     crashed = rc == -signal.SIGKILL
     assert crashed or (kill_after is not None and rc == 0), f"{crash}: rc={rc}\n{err[-2000:]}"
     return crashed
@@ -95,13 +99,14 @@ def kill_at_each(home: Path, points: list[str], pipeline: str) -> list[str]:
     return logs
 
 
-def run_here(home: Path, pipeline: str, spark, flows: tuple[str, ...],
-             states: tuple[str, ...] = ()) -> tuple[dict, dict]:
+def run_here(home: Path | str, pipeline: str, spark, flows: tuple[str, ...],
+             states: tuple[str, ...] = (), catalog: str | None = None) -> tuple[dict, dict]:
     """Run ``pipeline`` over ``home`` in this process until idle (after crashes: recover
     and finish), check that no commit is left unapplied, and return its ``flows`` by epoch
     (:func:`flow_epochs`) and the sorted record reprs of the ``states``' state."""
     mod = importlib.import_module(pipeline)
-    with Controller(home, mod.build_dataflow(), spark=spark, num_partitions=2) as c:
+    with Controller(home, mod.build_dataflow(), spark=spark, num_partitions=2,
+                    catalog=catalog) as c:
         c.run()
         assert not c.catalog.unapplied()
         return flow_epochs(c, flows), {s: sorted(map(repr, c.state_records(s)))

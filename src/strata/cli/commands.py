@@ -21,6 +21,7 @@ from rich.text import Text
 
 from strata.cli import output
 from strata.cli.options import (
+    CatalogOption,
     FileFormatOption,
     HomeOption,
     JsonOption,
@@ -126,6 +127,7 @@ def run(
         help="A Spark session conf for the run (repeatable), e.g. "
              "spark.strata.driverEpoch.maxRows=-1 to run every vectorized epoch as Spark "
              "tasks.")] = None,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Run the dataflow PIPELINE over the home: every runnable stage epoch, until idle.
 
@@ -136,7 +138,7 @@ def run(
     from strata.pipeline import load_dataflow
 
     with output.reported(traceback):
-        path = home_path(home)
+        path = home_path(home, catalog_at)
         for extra in py_files or ():  # the driver imports them too, as with spark-submit
             folder = extra if extra.is_dir() or extra.suffix in (".zip", ".egg") else extra.parent
             sys.path.insert(0, str(folder.resolve()))
@@ -195,12 +197,12 @@ def run(
         seconds = time.perf_counter() - t0
         if json_out:
             typer.echo(output.dumps({
-                "home": path, "dataflow": dataflow.name, "epochs": len(reports),
+                "home": path.root, "dataflow": dataflow.name, "epochs": len(reports),
                 "reports": [r.to_json() for r in reports], "seconds": round(seconds, 3),
                 "stopped": stopped,
             }))
         else:
-            output.run_summary(console, path, dataflow, reports, seconds, stopped)
+            output.run_summary(console, path.root, dataflow, reports, seconds, stopped)
         if stopped == "interrupted" and in_epoch:
             stage, epoch = in_epoch[0]
             output.err().print(Text(f"interrupted during epoch {epoch} of {stage}; the next "
@@ -289,6 +291,7 @@ def ingest(
              "footers must match the flow's schema exactly. strata never changes or deletes "
              "them; they must stay unchanged while the increment is queued.")] = False,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Append the files PATH... (or a Spark table, or a Spark SQL query's rows) to the
     external input FLOW as one increment.
@@ -299,7 +302,7 @@ def ingest(
     from strata.storage.catalog import IncrementKind
 
     with output.reported():
-        path = existing_home(home)
+        path = existing_home(home, catalog_at)
         given = [x for x in (paths, from_table, sql) if x]
         if len(given) != 1:
             raise StrataError("give files to ingest, or one of --from-table TABLE and --sql "
@@ -346,7 +349,7 @@ def _confs(pairs: list[str]) -> dict[str, str]:
     return confs
 
 
-def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
+def _ingest_from_spark(home: Home, flow: str, table: str | None, sql: str | None,
                        master: str | None, remote: str | None, end_frame: bool) -> int:
     from strata.controller.dataframes import ingest_dataframe
     from strata.physical.session import get_spark
@@ -359,7 +362,7 @@ def _ingest_from_spark(home: str, flow: str, table: str | None, sql: str | None,
             raise
         what = f"table {table!r}" if table else f"query {sql!r}"
         raise StrataError(f"Spark cannot read {what}: {output.spark_failure(e)}") from None
-    return ingest_dataframe(Home(home), flow, frame, end_frame=end_frame)
+    return ingest_dataframe(home, flow, frame, end_frame=end_frame)
 
 
 # -- query -----------------------------------------------------------------------------
@@ -387,6 +390,7 @@ def query(
         "ingested before it is registered (still stored), oldest first, so that its "
         "answer covers them.")] = False,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Register a continuous query: its incremental form (h, ⊗ and a) is printed, and
     every later `strata run` of the home keeps its answer up to date (it sees the
@@ -401,11 +405,11 @@ def query(
         if re.search(r"\bWINDOW\s*\(", sql, re.I):
             from strata.cli.windows import _print, register_sql
 
-            _print(register_sql(home, name, sql, dry_run=dry_run), json_out,
+            _print(register_sql(home_path(home, catalog_at), name, sql, dry_run=dry_run), json_out,
                    registered=not dry_run)
             return
 
-        root = existing_home(home)
+        root = existing_home(home, catalog_at)
         keys: dict[str, list[str]] = {}
         for k in key or []:
             flow, _, cols = k.partition("=")

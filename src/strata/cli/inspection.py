@@ -15,6 +15,7 @@ from rich.text import Text
 from strata.cli import output
 from strata.cli.commands import app
 from strata.cli.options import (
+    CatalogOption,
     HomeOption,
     JsonOption,
     LimitOption,
@@ -26,13 +27,14 @@ from strata.model.errors import StrataError
 
 # -- status ----------------------------------------------------------------------------
 @app.command()
-def status(home: HomeOption, json_out: JsonOption = False) -> None:
+def status(home: HomeOption, json_out: JsonOption = False,
+           catalog_at: CatalogOption = None) -> None:
     """Show the home: epochs and state size per stage, queued input per connector, and
     the increments kept for each terminal flow."""
     with output.reported():
         from strata.controller.inspection import collect_status, open_home
 
-        info = collect_status(open_home(home_path(home)))
+        info = collect_status(open_home(home_path(home, catalog_at)))
         if json_out:
             typer.echo(output.dumps(info))
             return
@@ -100,6 +102,7 @@ def show(
                     ] = False,
     fmt: RecordsFormatOption = "table",
     limit: LimitOption = None,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Print the records of FLOW's newest stored increment (or --epoch N, or --all), a
     query's current answer (FLOW = the query's name), or a stage's state (STAGE.state)."""
@@ -108,7 +111,7 @@ def show(
             raise StrataError("give either --epoch N or --all, not both")
         from strata.controller.inspection import open_home, read_records_of
 
-        title, recs = read_records_of(open_home(home_path(home)), flow, epoch, all_)
+        title, recs = read_records_of(open_home(home_path(home, catalog_at)), flow, epoch, all_)
         print_records(title, recs, fmt, limit)
 
 
@@ -151,6 +154,7 @@ def export(
     all_: Annotated[bool, typer.Option(
         "--all", help="All stored increments, with an _epoch column.")] = False,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Write FLOW's newest increment (or --epoch N, --all), a query's answer or a stage's
     state as a Parquet table for other tools."""
@@ -160,7 +164,7 @@ def export(
         from strata.controller.dataframes import export_parquet
         from strata.controller.inspection import open_home, read_table_of
 
-        title, table = read_table_of(open_home(home_path(home)), target, epoch, all_)
+        title, table = read_table_of(open_home(home_path(home, catalog_at)), target, epoch, all_)
         path = export_parquet(table, out)
         if json_out:
             typer.echo(output.dumps({"target": target, "what": title, "rows": table.num_rows,

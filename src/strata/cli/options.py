@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -11,9 +12,17 @@ import typer
 from strata.storage.home import Home
 
 HomeOption = Annotated[
-    Path,
-    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True, file_okay=False,
-                 help="The strata home directory (catalog, state, flows)."),
+    str,
+    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True,
+                 help="The strata home directory (catalog, state, flows): a local path or a "
+                      "URI Spark and pyarrow both read (file:///…, hdfs://…, s3a://…)."),
+]
+CatalogOption = Annotated[
+    str | None,
+    typer.Option("--catalog", metavar="PATH", envvar="STRATA_CATALOG", show_envvar=True,
+                 help="A local (or mounted) path for the home's SQLite catalog, its lock "
+                      "beside it (default: inside a local home; a home on hdfs:// or an "
+                      "object store needs one)."),
 ]
 PipelineArg = Annotated[
     str,
@@ -31,19 +40,19 @@ FileFormatOption = Annotated[Literal["jsonl", "csv", "parquet"] | None, typer.Op
     "--format", help="File format (default: from each file's extension).")]
 
 
-def home_path(home: Path) -> str:
-    """``--home`` as an absolute path (it need not exist yet)."""
-    return str(home.expanduser().resolve())
+def home_path(home: str | Path, catalog: str | None = None) -> Home:
+    """``--home`` (and ``--catalog``): the home, which need not exist yet."""
+    return Home(os.fspath(home), catalog)
 
 
-def existing_home(home: Path) -> str:
-    """``--home`` as an absolute path; a clear error if it is not a strata home."""
+def existing_home(home: str | Path | Home, catalog: str | None = None) -> Home:
+    """``--home`` (and ``--catalog``); a clear error if it is not a strata home."""
     from strata.controller.inspection import open_home
 
-    return open_home(home_path(home)).root
+    return open_home(Home(home, catalog) if isinstance(home, Home) else home_path(home, catalog))
 
 
-def catalog_of(home: str):
+def catalog_of(home: str | Home):
     """The catalog of the home at ``home`` (a context manager that closes it)."""
     from strata.storage.catalog import Catalog
 

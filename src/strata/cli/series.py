@@ -13,6 +13,7 @@ from rich.text import Text
 from strata.cli import output
 from strata.cli.inspection import print_records, show
 from strata.cli.options import (
+    CatalogOption,
     FileFormatOption,
     HomeOption,
     JsonOption,
@@ -79,6 +80,7 @@ def add(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Check and explain the series without registering it.")] = False,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Register a query series; the next `strata run` answers it for every segment that
     is due, from the segments stored in the home on."""
@@ -87,7 +89,7 @@ def add(
     with output.reported():
         tables = _bindings(table)
         new = Series(name, sql, tables, period, plan, lateness)
-        with catalog_of(existing_home(home)) as catalog:
+        with catalog_of(existing_home(home, catalog_at)) as catalog:
             stream = registry.stream_of(new, list(catalog.flows()))
             programs = registry.registered(catalog)
             names = {s.name: p.stream for p in programs.values() for s in p.series}
@@ -114,12 +116,13 @@ def add(
 
 
 @app.command("list")
-def list_(home: HomeOption, json_out: JsonOption = False) -> None:
+def list_(home: HomeOption, json_out: JsonOption = False,
+          catalog_at: CatalogOption = None) -> None:
     """List the registered series, by stream."""
     from strata.series import registry
 
     with output.reported():
-        with catalog_of(existing_home(home)) as catalog:
+        with catalog_of(existing_home(home, catalog_at)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": s.name, "stream": p.stream, "period": s.period,
                  "lateness": s.lateness, "shared_scan": _setting(p),
@@ -143,7 +146,8 @@ def list_(home: HomeOption, json_out: JsonOption = False) -> None:
 @app.command()
 def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
                                                  help="A registered series.")],
-            home: HomeOption, json_out: JsonOption = False) -> None:
+            home: HomeOption, json_out: JsonOption = False,
+            catalog_at: CatalogOption = None) -> None:
     """How a series runs: the views it keeps per segment, which it shares with other
     series on its stream, and what each occurrence merges or joins."""
     from strata.series import registry
@@ -152,7 +156,7 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         from strata.series import series_stage_name
         from strata.storage.manifest import StateDir
 
-        root = existing_home(home)
+        root = existing_home(home, catalog_at)
         with catalog_of(root) as catalog:
             program, _ = registry.find(catalog, name)
             recorded = _recorded(catalog, program, name)
@@ -178,6 +182,7 @@ def show_(
     all_: Annotated[bool, typer.Option("--all", help="Every stored occurrence.")] = False,
     fmt: RecordsFormatOption = "table",
     limit: LimitOption = None,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Print a series' answer at an occurrence, with the changes corrections of its
     segments re-emitted since (--all: every stored answer as written, by epoch)."""
@@ -185,12 +190,12 @@ def show_(
         if occurrence is not None:
             with output.reported():
                 raise StrataError("give either --occurrence N or --all, not both")
-        show(name, home, all_=True, fmt=fmt, limit=limit)
+        show(name, home, all_=True, fmt=fmt, limit=limit, catalog_at=catalog_at)
         return
     from strata.series.answers import series_answer
 
     with output.reported():
-        n, table = series_answer(existing_home(home), name, occurrence)
+        n, table = series_answer(existing_home(home, catalog_at), name, occurrence)
         print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit)
 
 
@@ -209,6 +214,7 @@ def correct(
         "--empty", help="Empty the segment (no PATH): its rows were all wrong.")] = False,
     fmt: FileFormatOption = None,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Replace a segment the stream's series have read with the rows of PATH... (or
     empty it with --empty): the next `strata run` recomputes its views and re-emits, as
@@ -221,7 +227,7 @@ def correct(
     from strata.series.corrections import correction
 
     with output.reported():
-        root = existing_home(home)
+        root = existing_home(home, catalog_at)
         with catalog_of(root) as catalog:
             layout = Home(root)
             if bool(paths) == empty:
@@ -246,13 +252,13 @@ def correct(
 @app.command()
 def drop(name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
                                                  help="A registered series.")],
-         home: HomeOption) -> None:
+         home: HomeOption, catalog_at: CatalogOption = None) -> None:
     """Stop answering a series (its stored answers stay; views only it read are
     collected after the next run)."""
     from strata.series import registry
 
     with output.reported():
-        with catalog_of(existing_home(home)) as catalog:
+        with catalog_of(existing_home(home, catalog_at)) as catalog:
             program, _ = registry.find(catalog, name)
             registry.register(catalog, program.stream,
                               [s for s in program.series if s.name != name])
@@ -279,6 +285,7 @@ def query(
     fmt: RecordsFormatOption = "table",
     limit: LimitOption = None,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Answer a one-off query over a stream's segments, reading the per-segment views its
     series keep where they match and the kept raw segments otherwise (and say which)."""
@@ -288,7 +295,7 @@ def query(
 
     with output.reported():
         tables = _bindings(table)
-        root = existing_home(home)
+        root = existing_home(home, catalog_at)
         with catalog_of(root) as catalog:
             stream = registry.stream_of(Series("ad hoc", sql, tables), list(catalog.flows()))
         spark = get_spark(master, remote=remote)

@@ -10,8 +10,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from strata.cli import output
-from strata.cli.options import HomeOption, JsonOption, catalog_of, existing_home
+from strata.cli.options import (
+    CatalogOption,
+    HomeOption,
+    JsonOption,
+    catalog_of,
+    existing_home,
+    home_path,
+)
 from strata.model.errors import StrataError
+from strata.storage.home import Home
 
 app = typer.Typer(
     name="window",
@@ -67,18 +75,20 @@ def add(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check without registering.")
                        ] = False,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """Register a windowed query; every later `strata run` aggregates new records into
     panes once and emits the windows its eviction policy releases."""
     with output.reported():
-        program = register_sql(home, name, sql, deadline=deadline, fidelity=fidelity,
-                               failure_timeout=failure_timeout, lateness=lateness,
+        program = register_sql(home_path(home, catalog_at), name, sql, deadline=deadline,
+                               fidelity=fidelity, failure_timeout=failure_timeout,
+                               lateness=lateness,
                                sources=source or [], shed_budget=shed_budget,
                                shed_kind=shed_kind, seed=seed, dry_run=dry_run)
         _print(program, json_out, registered=not dry_run)
 
 
-def register_sql(home: Path | str, name: str, sql: str, *, deadline: str | None = None,
+def register_sql(home: Path | str | Home, name: str, sql: str, *, deadline: str | None = None,
                  fidelity: str | None = None, failure_timeout: str | None = None,
                  lateness: str = "0", sources: list[str] | None = None,
                  shed_budget: float | None = None, shed_kind: str = "random", seed: int = 0,
@@ -139,12 +149,13 @@ def _print(program, json_out: bool, registered: bool) -> None:
 
 
 @app.command("list")
-def list_(home: HomeOption, json_out: JsonOption = False) -> None:
+def list_(home: HomeOption, json_out: JsonOption = False,
+          catalog_at: CatalogOption = None) -> None:
     """List the registered window queries."""
     from strata.windows import registry
 
     with output.reported():
-        with catalog_of(existing_home(home)) as catalog:
+        with catalog_of(existing_home(home, catalog_at)) as catalog:
             programs = registry.registered(catalog)
         rows = [{"name": n, "flow": p.plan.query.flow, "window": p.describe(),
                  "sql": p.plan.query.sql} for n, p in sorted(programs.items())]
@@ -171,6 +182,7 @@ def c2(
     png: Annotated[Path | None, typer.Option(help="Draw the scoreboard (sources × panes) "
                                                   "to this PNG.")] = None,
     json_out: JsonOption = False,
+    catalog_at: CatalogOption = None,
 ) -> None:
     """The C2 scoreboard of one window result: every source × pane cell, with its status
     (data, empty, open, pending, skipped, failed) and record counts."""
@@ -178,8 +190,8 @@ def c2(
     from strata.windows.rows import scoreboard_flow, scoreboards
 
     with output.reported():
-        _, recs = read_records_of(open_home(existing_home(home)), scoreboard_flow(name),
-                                  None, True)
+        _, recs = read_records_of(open_home(existing_home(home, catalog_at)),
+                                  scoreboard_flow(name), None, True)
         boards = scoreboards(recs)
         if not boards:
             raise StrataError(f"window query {name!r} has emitted no result yet")

@@ -89,13 +89,19 @@ class Controller:
     ``store`` is direct mode's state store for stages whose state begins here:
     ``"columns"`` (Arrow runs) or ``"indexed"`` (pickled runs with a hash index, whose
     inner lookups read only the epoch's entries); a stage already run keeps its own.
+
+    ``home`` may be a URI Spark and pyarrow both read (``file:///…``, ``hdfs://…``,
+    ``s3a://…``); ``catalog`` names a local path for the SQLite catalog (and its lock),
+    which a home not on a local filesystem needs (docs/architecture.md, "The home on
+    disk").
     """
 
     def __init__(
         self,
-        home: str | os.PathLike[str],
+        home: str | os.PathLike[str] | Home,
         dataflow: Dataflow,
         *,
+        catalog: str | os.PathLike[str] | None = None,
         spark: Any = None,
         master: str | None = None,
         remote: str | None = None,
@@ -111,7 +117,7 @@ class Controller:
         if spark is not None and is_connect(spark) or spark is None and remote is not None:
             refuse_over_connect(dataflow.stages.values())  # before the home is touched
         dataflow.validate()  # before anything is written: a bad dataflow leaves no home
-        self.layout = Home(home)
+        self.layout = Home(home, catalog)
         self.home = self.layout.root
         self.layout.create()
         self.catalog = Catalog(self.layout.catalog_path)

@@ -18,11 +18,13 @@ from strata.storage.home import Home
 from strata.storage.manifest import StateDir
 
 
-def open_home(home: str | os.PathLike[str]) -> Home:
+def open_home(home: str | os.PathLike[str] | Home) -> Home:
     """The home at ``home``; a StrataError if no dataflow was registered there."""
     layout = Home(home)
     if not layout.exists():
-        raise StrataError(f"no strata home at {home}; `strata run PIPELINE --home {home}` "
+        where = layout.root if layout.catalog is None else \
+            f"{layout.root} --catalog {layout.catalog}"
+        raise StrataError(f"no strata home at {where}; `strata run PIPELINE --home {where}` "
                           "creates one")
     return layout
 

@@ -71,19 +71,19 @@ def sweep(catalog: Catalog, home: Home) -> int:
     """Remove files of epochs that crashed before they were applied (under the lock,
     after recovery, nothing unreferenced under ``flows/`` or ``frames/`` is live), and
     files staged by ingests killed before they committed."""
-    live = catalog.live_files()
+    live = {fs.key(f) for f in catalog.live_files()}  # however the home was spelt then
     live_dirs = {f.rsplit("/", 1)[0] for f in live}
     removed = 0
     for uri in home.output_dirs():
-        if uri not in live_dirs:
+        if fs.key(uri) not in live_dirs:
             fs.delete_quietly(uri)
             removed += 1
     for uri in home.frame_files():
-        if uri not in live:
+        if fs.key(uri) not in live:
             fs.delete_quietly(uri)
             removed += 1
     for uri, token in home.incoming_dirs():
-        if uri not in live_dirs and staged_ingest_is_dead(token):
+        if fs.key(uri) not in live_dirs and staged_ingest_is_dead(token):
             fs.delete_quietly(uri)
             removed += 1
     return removed

@@ -37,7 +37,7 @@ def referenced_increment(home: Home, paths: Sequence[str | os.PathLike[str]],
     uris, records, size = [], 0, 0
     for p in paths:
         uri = os.fspath(p)
-        uri = uri if "://" in uri else os.path.abspath(uri)
+        uri = fs.normalize(uri)
         if home.owns(uri):
             raise IngestError(f"{uri} is inside the home {home.root}, whose files strata "
                               "manages and deletes: keep files ingested by reference "

@@ -148,7 +148,7 @@ def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) ->
     fsys.create_dir(f"{p}/_temporary/0/_temporary", recursive=True)
     writer = df.write.mode("append").option(
         "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-    if "://" not in path or path.startswith("file:"):
+    if fs.is_local(path):
         writer = (writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
                   .option("fs.file.impl.disable.cache", "true"))
     if partition_by:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.machine_runs import MACHINE_RUNS
 from strata.storage.partition_store import RunInfo, delete_unlisted
@@ -77,9 +78,8 @@ class ColumnarRuns:
 
     def __init__(self, root: str, partition: int, runs: Sequence[RunInfo],
                  schema: pa.Schema, keys: Sequence[str]) -> None:
-        if "://" not in root:
-            root = os.path.abspath(root)
-        self.fs, base = pafs.FileSystem.from_uri(root)
+        root = fs.normalize(root)
+        self.fs, base = fs.resolve(root)
         self.root = root  # a URI or an absolute path: with the run's path, a cache key
         self.dir = StageLayout(base.rstrip("/"), "").partition_dir(partition)
         self.runs = list(runs)

@@ -1,19 +1,86 @@
-"""File access on any Hadoop-compatible path through ``pyarrow.fs``."""
+"""File access on any Hadoop-compatible path through ``pyarrow.fs``.
+
+A location is a local path or a URI that both Spark (Hadoop) and ``pyarrow.fs`` read:
+``file:``, ``hdfs://``, ``s3a://`` (``s3://``), ``gs://``, ``abfs(s)://``. This module is
+the one place that maps between their spellings (docs/architecture.md, "The home on
+disk"): :func:`normalize` gives a location the one spelling strata stores and hands to
+Spark, and :func:`resolve` turns it into what pyarrow wants (a plain path on the local
+filesystem, ``s3://`` for Hadoop's ``s3a://``).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import uuid
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+
+from strata.model.errors import StrataError
+
+# ``scheme://…``, or ``file:/…`` as Hadoop prints it (a plain name such as ``a:b`` is a path)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://|^(file):", re.I)
+_PYARROW_SCHEME = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names pyarrow spells otherwise
+
+
+def scheme(location: str) -> str | None:
+    """The URI scheme of ``location`` (lower case), or None for a plain path."""
+    m = _SCHEME.match(location)
+    return (m.group(1) or m.group(2)).lower() if m else None
+
+
+def is_local(location: str) -> bool:
+    """Whether ``location`` is on this machine's filesystem (a path or a ``file:`` URI)."""
+    return scheme(location) in (None, "file")
+
+
+def local_path(location: str) -> str:
+    """The absolute plain path of a local location (``file:/x``, ``file:///x``, ``x``)."""
+    if scheme(location) == "file":
+        rest = location[len("file:"):]
+        if rest.startswith("//localhost/"):
+            rest = rest[len("//localhost"):]
+        elif rest.startswith("///"):
+            rest = rest[2:]
+        return os.path.normpath(rest) if rest.startswith("/") else os.path.abspath(rest)
+    return os.path.abspath(os.path.expanduser(location))
+
+
+def normalize(location: str) -> str:
+    """The one spelling strata keeps for ``location``: a plain path made absolute, a
+    ``file:`` URI as ``file:///abs/path`` (Spark and pyarrow read both), any other URI
+    as given, without a trailing ``/``."""
+    s = scheme(location)
+    if s is None:
+        return local_path(location)
+    if s == "file":
+        return "file://" + local_path(location)
+    return location if location.endswith("://") else location.rstrip("/")
+
+
+def key(location: str) -> str:
+    """What identifies the file at ``location`` whichever way it is spelt (for comparing
+    listed files with the catalog's): the plain path of a local one, else the URI."""
+    return local_path(location) if is_local(location) else location
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, path)`` for a local path or a URI such as ``hdfs://nn/x``."""
-    if "://" not in uri:
+    s = scheme(uri)
+    if s is None:
         return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
+    if s == "file":
+        return pafs.LocalFileSystem(), local_path(uri)
+    try:
+        return pafs.FileSystem.from_uri(_PYARROW_SCHEME.get(s, s) + uri[len(s):])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise StrataError(
+            f"{uri}: pyarrow cannot open this location ({e}). Strata reads and writes a "
+            "home's data through pyarrow.fs: use a scheme it supports (file, hdfs, s3a or "
+            "s3, gs, abfs/abfss) with its client libraries and credentials set up") from None
 
 
 def join(root: str, *parts: str) -> str:

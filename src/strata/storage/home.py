@@ -1,7 +1,8 @@
 """The layout of a strata home: the one module that knows where everything lives.
 
-A home is a directory (a local path or a Hadoop-compatible URI for everything but the
-catalog and the lock, which are local files)::
+A home is a directory (a local path or a Hadoop-compatible URI, see :mod:`strata.storage.fs`,
+for everything but the catalog and the lock, which are local files: inside a local home
+unless named elsewhere, and named elsewhere for a home on shared storage)::
 
     catalog.sqlite                     the controller's catalog and write-ahead log
     controller.lock                    held by the one controller running the home
@@ -21,43 +22,102 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from strata.model.errors import StrataError
 from strata.storage import fs
 
 CATALOG = "catalog.sqlite"
 LOCK = "controller.lock"
+CATALOG_AT = "catalog.location"  # in a home whose catalog is elsewhere: where it is
 _INCOMING, _FLOWS, _FRAMES, _STATE = "incoming", "flows", "frames", "state"
 
 
-class Home:
-    """Every path of one strata home."""
+class HomeLocationError(StrataError):
+    """A home or catalog location strata cannot work with."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        root = os.fspath(root)
-        self.root = root if "://" in root else os.path.abspath(root)
+
+class Home:
+    """Every path of one strata home.
+
+    ``catalog`` is where the SQLite catalog is (its lock file beside it, ``.lock``
+    added): a local or mounted path, by default ``catalog.sqlite`` inside a local home. A
+    home on shared storage (``hdfs://``, an object store) must name one, since SQLite
+    needs a local filesystem. ``root`` may be a :class:`Home` (then ``catalog``, if given,
+    replaces its catalog).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | Home,
+                 catalog: str | os.PathLike[str] | None = None) -> None:
+        self.root: str
+        self.catalog: str | None
+        if isinstance(root, Home):
+            self.root, self.catalog = root.root, root.catalog
+        else:
+            self.root, self.catalog = fs.normalize(os.fspath(root)), None
+        if catalog is not None:
+            named = os.fspath(catalog)
+            if not fs.is_local(named):
+                raise HomeLocationError(
+                    f"catalog {named}: the catalog is a SQLite file and needs a local (or "
+                    "mounted) path; give --catalog PATH, a local path for the SQLite catalog")
+            self.catalog = fs.local_path(named)
 
     def __repr__(self) -> str:
-        return f"Home({self.root!r})"
+        return f"Home({self.root!r})" if self.catalog is None else \
+            f"Home({self.root!r}, catalog={self.catalog!r})"
 
     # -- the home itself --------------------------------------------------------------
     @property
     def catalog_path(self) -> str:
-        return os.path.join(self.root, CATALOG)
+        """The SQLite catalog's local path (HomeLocationError if the home names none)."""
+        if self.catalog is not None:
+            return self.catalog
+        if not fs.is_local(self.root):
+            raise HomeLocationError(
+                f"strata home {self.root} is not on a local filesystem, and SQLite cannot "
+                "keep the catalog there: give --catalog PATH, a local path for the SQLite "
+                "catalog (catalog= in Python)")
+        return os.path.join(fs.local_path(self.root), CATALOG)
 
     @property
     def lock_path(self) -> str:
-        return os.path.join(self.root, LOCK)
+        if self.catalog is not None:
+            return self.catalog + ".lock"
+        return os.path.join(os.path.dirname(self.catalog_path), LOCK)
 
     def owns(self, uri: str) -> bool:
         """Whether ``uri`` is under the home (strata wrote it), not a file an increment
         references in place (which strata never deletes)."""
-        return uri.startswith(self.root.rstrip("/") + "/")
+        return fs.key(uri).startswith(fs.key(self.root).rstrip("/") + "/")
 
     def exists(self) -> bool:
         """Whether a controller has registered a dataflow here (its catalog exists)."""
+        self.check_catalog()
         return os.path.isfile(self.catalog_path)
 
     def create(self) -> None:
-        os.makedirs(self.root, exist_ok=True)
+        """Make the home's directory and the catalog's; a home whose catalog is named
+        elsewhere notes where (so that opening it without the catalog is refused)."""
+        self.check_catalog()
+        filesystem, path = fs.resolve(self.root)
+        filesystem.create_dir(path, recursive=True)
+        os.makedirs(os.path.dirname(self.catalog_path), exist_ok=True)
+        if self.catalog is not None and self._noted_catalog() is None:
+            fs.write_bytes_atomic(fs.join(self.root, CATALOG_AT), self.catalog.encode())
+
+    def _noted_catalog(self) -> str | None:
+        data = fs.read_bytes(fs.join(self.root, CATALOG_AT))
+        return None if data is None else data.decode().strip()
+
+    def check_catalog(self) -> None:
+        """HomeLocationError unless the catalog is the home's: a home made with its
+        catalog elsewhere is not opened with another (a fresh catalog would not know its
+        files, and the sweep would remove them)."""
+        path = self.catalog_path
+        noted = self._noted_catalog()
+        if noted is not None and noted != path:
+            raise HomeLocationError(
+                f"strata home {self.root} keeps its catalog at {noted}, not {path}: give "
+                f"--catalog {noted}")
 
     # -- increments -------------------------------------------------------------------
     def incoming_file(self, flow: str, token: str) -> str:

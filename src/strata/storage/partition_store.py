@@ -17,7 +17,6 @@ the list of committed runs (``RunInfo.to_json()``) is kept by the caller.
 
 from __future__ import annotations
 
-import os
 import pickle
 import struct
 import uuid
@@ -33,6 +32,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from strata.model.keys import encode_key, hash64
+from strata.storage import fs
 from strata.storage.home import StageLayout
 
 Entry = tuple[bytes, Any, list[dict]]
@@ -87,9 +87,8 @@ class PartitionStore:
     """The runs of state partition ``partition`` under ``root`` (a path or a URI)."""
 
     def __init__(self, root: str, partition: int, runs: Sequence[RunInfo]) -> None:
-        if "://" not in root:
-            root = os.path.abspath(root)
-        self.fs, base = pafs.FileSystem.from_uri(root)
+        root = fs.normalize(root)
+        self.fs, base = fs.resolve(root)
         self.dir = StageLayout(base.rstrip("/"), "").partition_dir(partition)
         self.partition = partition
         self.runs: list[RunInfo] = list(runs)
