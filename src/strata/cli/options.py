@@ -8,11 +8,12 @@ from typing import Annotated, Literal
 
 import typer
 
+from strata import config
 from strata.storage.home import Home
 
 HomeOption = Annotated[
     Path,
-    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True, file_okay=False,
+    typer.Option("--home", envvar=config.HOME.name, show_envvar=True, file_okay=False,
                  help="The strata home directory (catalog, state, flows)."),
 ]
 PipelineArg = Annotated[
