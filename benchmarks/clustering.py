@@ -231,9 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     wall0, load0 = time.perf_counter(), os.getloadavg()
     import pyspark
 
+    from strata.config import DRIVER_EPOCH_ROWS
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
-    from strata.physical.small_epochs import DRIVER_ROWS
+    DRIVER_ROWS = DRIVER_EPOCH_ROWS.name
 
     batches = generate_increments(preload + n, size, args.seed)
     head = [[e for b in batches[:preload] for e in b]] if preload else []

@@ -3,12 +3,13 @@
 A direct-mode epoch with few input records runs in the driver (docs/architecture.md,
 "Small epochs in the driver"): no job, no pickling, no shuffle, but one core for the
 per-key Python where Spark's tasks use them all. This script measures where that stops
-paying, to set the translate program's own limit (``DRIVER_RECORDS`` in
-``strata/physical/translate.py``). Per increment size it runs the URL count of
-``peer_structured_streaming.py`` (its data: Zipf-skewed URLs, one Parquet file per
-increment) in two fresh homes, ``driver`` (every epoch in the driver; the limit lifted
-for the measurement) and ``tasks`` (``spark.strata.driverEpoch.maxRows=-1``), and takes
-the median seconds of ``Controller.run()`` over increments 2..n.
+paying, to set the translate program's own limit (the session conf
+``spark.strata.translate.driverRecords``, docs/configuration.md). Per increment size it
+runs the URL count of ``peer_structured_streaming.py`` (its data: Zipf-skewed URLs,
+one Parquet file per increment) in two fresh homes, ``driver`` (every epoch in the
+driver; the limit lifted for the measurement) and ``tasks``
+(``spark.strata.driverEpoch.maxRows=-1``), and takes the median seconds of
+``Controller.run()`` over increments 2..n.
 
     python benchmarks/driver_epochs.py [--quick] --json PATH [--plot PATH.png]
 
@@ -93,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, seed=1, master="local[2]")
     args = ap.parse_args(argv)
     size = QUICK if args.quick else FULL
-    from strata.physical import translate
+    from strata import config
     from strata.physical.session import get_spark
 
     wall0, load0 = time.perf_counter(), os.getloadavg()
     spark = get_spark(args.master, app_name="strata-bench-driver-epochs")
-    limit = translate.DRIVER_RECORDS
-    translate.DRIVER_RECORDS = 1 << 40  # measured past strata's own limit
+    limit = config.conf(spark, config.TRANSLATE_DRIVER_RECORDS)
+    # measured past strata's own limit
+    spark.conf.set(config.TRANSLATE_DRIVER_RECORDS.name, str(1 << 40))
     tmp = Path(tempfile.mkdtemp(prefix="strata-driver-epochs-"))
     rows = []
     try:
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{records:>9,} records: driver {row['driver_seconds']:.3f} s, tasks "
                 f"{row['tasks_seconds']:.3f} s ({row['driver_over_tasks']}x)")
     finally:
-        translate.DRIVER_RECORDS = limit
+        spark.conf.unset(config.TRANSLATE_DRIVER_RECORDS.name)
         shutil.rmtree(tmp, ignore_errors=True)
     crossover = next((r["records"] for r in rows if r["driver_over_tasks"] > 1), None)
     result = {
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": {
             "statistic": "median seconds of Controller.run() over increments 2..n",
             "crossover_records": crossover,
-            "driver_records": {"value": limit, "what": "translate.DRIVER_RECORDS"},
+            "driver_records": {"value": limit, "what": config.TRANSLATE_DRIVER_RECORDS.name},
             "limit_below_crossover": {
                 "value": limit, "target": f"< {crossover}" if crossover else "-",
                 "met": crossover is None or limit < crossover},

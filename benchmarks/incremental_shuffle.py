@@ -415,9 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["STRATA_MACHINE_RUN_CACHE_MB"] = str(args.machine_run_cache_mb)
     import pyspark
 
+    from strata.config import DRIVER_EPOCH_ROWS
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
-    from strata.physical.small_epochs import DRIVER_ROWS
+    DRIVER_ROWS = DRIVER_EPOCH_ROWS.name
 
     spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")
     # what this measures is Spark's shuffle per epoch: every epoch runs as Spark tasks,

@@ -210,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     batches, size = args.batches or sizes["batches"], args.size or sizes["size"]
 
     wall0, load = time.perf_counter(), os.getloadavg()
+    from strata.config import DRIVER_EPOCH_ROWS
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
-    from strata.physical.small_epochs import DRIVER_ROWS
+    DRIVER_ROWS = DRIVER_EPOCH_ROWS.name
 
     increments = generate_increments(initial, batches, size, args.seed)
     log(f"pagerank benchmark: initial graph of {initial:,} pages and "

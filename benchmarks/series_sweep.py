@@ -54,9 +54,10 @@ def run_point(spark, metrics, files: list[str], home: Path, branches: int,
               selectivity: float, shared: bool, partitions: int) -> list[dict]:
     """The epochs of one plan at one point: measured I/O and the cost model's estimates."""
     from strata import Dataflow
+    from strata.config import HELD_SEGMENT_ROWS
     from strata.controller import Controller
     from strata.series import add_series
-    from strata.series.held import HELD_ROWS
+    HELD_ROWS = HELD_SEGMENT_ROWS.name
 
     df = Dataflow("sweep")
     df.source("log", "A string, B bigint, C bigint, D bigint, E bigint")

@@ -7,11 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from strata.config import ARROW, DRIVER_EPOCH_ROWS, EXCHANGE
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
-from strata.physical.exchange import EXCHANGE_CONF
-from strata.physical.small_epochs import DRIVER_ROWS
-from strata.queries.arrow_step import CONF as ARROW
 from strata.storage.increments import Increment, write_table
 
 _seq = itertools.count()
@@ -31,10 +29,10 @@ def epochs_in(spark, where: str) -> Iterator[None]:
     them in the driver with the driver's Arrow evaluation off (Spark reads the increment);
     ``"tasks-rows"`` as Spark tasks with a vectorized epoch's records shuffled as Spark
     rows (``"tasks"``: as packed Arrow buffers, however few)."""
-    with session_confs(spark, {DRIVER_ROWS: str(1 << 40) if where.startswith("driver")
-                               else "-1",
-                               ARROW: "false" if where == "driver-spark" else "true",
-                               EXCHANGE_CONF: "rows" if where == "tasks-rows" else "arrow"}):
+    with session_confs(spark, {DRIVER_EPOCH_ROWS.name: str(1 << 40)
+                               if where.startswith("driver") else "-1",
+                               ARROW.name: "false" if where == "driver-spark" else "true",
+                               EXCHANGE.name: "rows" if where == "tasks-rows" else "arrow"}):
         yield
 
 

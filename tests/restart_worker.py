@@ -9,10 +9,10 @@ import json
 import sys
 
 from strata.apps.urlcount import urlcount_dataflow
+from strata.config import DRIVER_EPOCH_ROWS
 from strata.observability.spark_metrics import SparkMetrics
 from strata.physical.runner import SparkStageRunner
 from strata.physical.session import get_spark
-from strata.physical.small_epochs import DRIVER_ROWS
 from strata.physical.translate import TranslateState
 from strata.storage.increments import read_records
 
@@ -52,5 +52,6 @@ def run(spark, home: str, mode: str, phase: str) -> dict:
 if __name__ == "__main__":
     home, mode, phase = sys.argv[1:4]
     spark = get_spark("local[2]")
-    spark.conf.set(DRIVER_ROWS, "-1")  # Spark's shuffle across restarts is what is measured
+    # Spark's shuffle across restarts is what is measured
+    spark.conf.set(DRIVER_EPOCH_ROWS.name, "-1")
     print(json.dumps(run(spark, home, mode, phase)))

@@ -113,8 +113,8 @@ def test_a_machine_reads_a_run_from_storage_once(tmp_path, monkeypatch):
     assert cold.lookup(wanted) == want and cold.bytes_read == run.data_bytes > 0
     assert warm.lookup(wanted) == want and warm.bytes_read == 0
     # STRATA_RUN_CACHE_MB=0 and STRATA_MACHINE_RUN_CACHE_MB=0: storage every time
-    monkeypatch.setattr(columnar_runs.RUN_CACHE, "budget", 0)
-    monkeypatch.setattr(MACHINE_RUNS, "budget", 0)
+    monkeypatch.setenv("STRATA_RUN_CACHE_MB", "0")  # read at each use
+    monkeypatch.setenv("STRATA_MACHINE_RUN_CACHE_MB", "0")
     columnar_runs.RUN_CACHE.clear()
     MACHINE_RUNS.clear()
     for _ in range(2):

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from strata.config import EXCHANGE, EXCHANGE_MIN_RECORDS
 from strata.physical import exchange, spark_hash
 from strata.physical.exchange import KeyTooLong, PackTask, salts, unpack
 
@@ -74,14 +75,14 @@ def test_auto_packs_only_epochs_large_enough_to_pay_and_a_bad_value_is_named(spa
     from strata.model.errors import DataflowError
     from tests.helpers import session_confs
 
-    big = exchange.ARROW_MIN_RECORDS
-    with session_confs(spark, {exchange.EXCHANGE_CONF: "auto"}):
+    big = EXCHANGE_MIN_RECORDS.default
+    with session_confs(spark, {EXCHANGE.name: "auto"}):
         assert exchange.exchange_kind(spark, big - 1) == "rows"
         assert exchange.exchange_kind(spark, big) == "arrow"
-    with session_confs(spark, {exchange.EXCHANGE_CONF: "rows"}):
+    with session_confs(spark, {EXCHANGE.name: "rows"}):
         assert exchange.exchange_kind(spark, 10 * big) == "rows"
-    with session_confs(spark, {exchange.EXCHANGE_CONF: "Arrow"}):
+    with session_confs(spark, {EXCHANGE.name: "Arrow"}):
         assert exchange.exchange_kind(spark, 1) == "arrow"
-    with session_confs(spark, {exchange.EXCHANGE_CONF: "packed"}), pytest.raises(
+    with session_confs(spark, {EXCHANGE.name: "packed"}), pytest.raises(
             DataflowError, match="'auto', 'arrow' or 'rows', not 'packed'"):
         exchange.exchange_kind(spark, 1)

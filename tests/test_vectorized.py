@@ -304,15 +304,15 @@ def test_small_epochs_run_in_the_driver_below_both_limits(spark, tmp_path):
     """By default a small epoch runs in the driver: Spark reads the increment and
     shuffles nothing. Above either session limit (input records, state bytes) the same
     epoch runs as Spark tasks, which shuffle the increment; the answers agree."""
+    from strata.config import DRIVER_EPOCH_ROWS, DRIVER_EPOCH_STATE_BYTES
     from strata.observability.spark_metrics import SparkMetrics
-    from strata.physical.small_epochs import DRIVER_ROWS, DRIVER_STATE_BYTES
 
     metrics = SparkMetrics(spark)
     stage = build("add_up").stages["add"]
     spk = SparkRunner(spark, str(tmp_path), "direct", 2)
     spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(50)]})
     totals = []
-    for conf in ({}, {DRIVER_ROWS: "9"}, {DRIVER_STATE_BYTES: "10"}):
+    for conf in ({}, {DRIVER_EPOCH_ROWS.name: "9"}, {DRIVER_EPOCH_STATE_BYTES.name: "10"}):
         with session_confs(spark, conf), metrics.measure("epoch") as m:
             got = spk.run(stage, {"a": [{"k": k, "s": "", "v": 1} for k in range(10)]})
         # as tasks: the 10 records, packed in a buffer per partition
@@ -350,17 +350,17 @@ def test_epochs_in_the_driver_and_as_tasks_share_one_state(spark, tmp_path, grou
 
 
 def test_a_limit_that_is_not_a_number_stops_the_epoch_saying_so(spark, tmp_path):
+    from strata.config import DRIVER_EPOCH_ROWS
     from strata.model.errors import EpochError
-    from strata.physical.small_epochs import DRIVER_ROWS
 
     stage = build("add_up").stages["add"]
     spk = SparkRunner(spark, str(tmp_path), "direct", 2)
-    spark.conf.set(DRIVER_ROWS, "lots")
+    spark.conf.set(DRIVER_EPOCH_ROWS.name, "lots")
     try:
         with pytest.raises(EpochError) as info:
             spk.run(stage, {"a": [{"k": 1, "s": "", "v": 1}]})
     finally:
-        spark.conf.unset(DRIVER_ROWS)
+        spark.conf.unset(DRIVER_EPOCH_ROWS.name)
     text = str(info.value)
     assert "stage 'add'" in text and "epoch 1" in text, text
     assert "driverEpoch.maxRows='lots' is not a whole number" in text, text

@@ -9,11 +9,13 @@ import os
 import signal
 import threading
 
+from strata import config
+
 _hits: dict[str, int] = {}
 
 
 def _target() -> tuple[str, int] | None:
-    spec = os.environ.get("STRATA_CRASH_AT")
+    spec = config.env(config.CRASH_AT)
     if not spec:
         return None
     name, _, n = spec.partition(":")

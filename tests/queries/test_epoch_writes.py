@@ -13,10 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from strata import Dataflow
+from strata.config import QUERY_DRIVER_ROWS
 from strata.controller.controller import Controller
 from strata.queries import add_query, frames
 from strata.queries.tables import QueryTables
 from strata.storage.home import StageLayout
+from tests.helpers import session_confs
 
 
 def _bucket_of_rows(files: list[str]) -> dict[int, int]:
@@ -93,9 +95,9 @@ def _run(spark, home: Path) -> tuple[list, list, list]:
 
 def test_the_same_changes_and_state_however_written(spark, tmp_path, monkeypatch):
     driver_concurrent = _run(spark, tmp_path / "a")
-    monkeypatch.setattr(frames, "DRIVER_ROWS", 0)  # all written by Spark
     monkeypatch.setattr(frames, "WRITE_THREADS", 1)  # one write after another
-    spark_sequential = _run(spark, tmp_path / "b")
+    with session_confs(spark, {QUERY_DRIVER_ROWS.name: "0"}):  # all written by Spark
+        spark_sequential = _run(spark, tmp_path / "b")
     assert driver_concurrent == spark_sequential
     assert driver_concurrent[2]  # an answer
 

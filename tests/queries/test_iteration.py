@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from strata import Dataflow
+from strata.config import ARROW
 from strata.controller.controller import Controller
 from strata.queries import NotIncrementalError, QueryError, add_query, arrow_step, iterate, table
 
@@ -35,9 +36,9 @@ def steps_in(request, spark, monkeypatch):
                 taken[_name] = taken.get(_name, 0) + 1
             return out
         monkeypatch.setattr(arrow_step, name, counted)
-    spark.conf.set(arrow_step.CONF, str(request.param == "arrow").lower())
+    spark.conf.set(ARROW.name, str(request.param == "arrow").lower())
     yield SimpleNamespace(arrow=request.param == "arrow", taken=taken)
-    spark.conf.unset(arrow_step.CONF)
+    spark.conf.unset(ARROW.name)
     if request.param == "arrow":
         assert taken, "no step operator ran in Arrow"
     else:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from strata import Dataflow, Input, State
 from strata.apps.urlcount import count_urls
-from strata.physical.small_epochs import DRIVER_ROWS
+from strata.config import DRIVER_EPOCH_ROWS
 
 # epochs as Spark tasks, so that "during-job" kills land inside a job (a small epoch in
 # the driver may end first); tests.recovery.driver_pipeline runs them in the driver
-SPARK_CONF = {DRIVER_ROWS: "-1"}
+SPARK_CONF = {DRIVER_EPOCH_ROWS.name: "-1"}
 
 
 def extract(key, pages, *, out):

@@ -11,12 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata.cli.series import _scan_lines
+from strata.config import HELD_SEGMENT_ROWS
 from strata.controller import Controller
 from strata.queries import driver_rows
 from strata.queries.sql import parse_sql
 from strata.series import Series, series_stage_name
 from strata.series.evaluate import occurrence, view_of_segment
-from strata.series.held import HELD_ROWS, held_occurrence, held_view
+from strata.series.held import held_occurrence, held_view
 from strata.series.normalize import plan_series
 from strata.series.stored import spark_schema
 from strata.series.windows import Schedule, Segments
@@ -86,7 +87,7 @@ def test_held_and_spark_epochs_mix_in_one_home_and_answer_as_duckdb(spark, tmp_p
     try:
         with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
             for i, seg in enumerate(segments):
-                spark.conf.set(HELD_ROWS, "-1" if i % 2 else "1000000")
+                spark.conf.set(HELD_SEGMENT_ROWS.name, "-1" if i % 2 else "1000000")
                 c.ingest("log", [_csv(tmp_path, i, seg)])
                 held_epochs += [r.metrics["views_in_arrow"] for r in c.run() if not i % 2]
             program = df.stages[series_stage_name("log")].program
@@ -97,7 +98,7 @@ def test_held_and_spark_epochs_mix_in_one_home_and_answer_as_duckdb(spark, tmp_p
                     got = c.read_flow(s.name, n).to_pylist()
                     assert canon(got) == canon(want), (s.name, n)
     finally:
-        spark.conf.unset(HELD_ROWS)
+        spark.conf.unset(HELD_SEGMENT_ROWS.name)
     assert all(held_epochs), held_epochs  # the held epochs computed views in Arrow
 
 

@@ -227,16 +227,16 @@ def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark,
 
 
 @pytest.mark.usefixtures("spark_plans")
-def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch):
+def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch, request):
     """An occurrence whose answer is expected to exceed what the driver writes (its
     window's views hold more rows together, or its last answer had more) is written by
     Spark at once: its window is read once, where collecting it first read it twice.
     The answers equal DuckDB's either way; a one-row answer still goes by the driver."""
     import strata.series.program as program
-    import strata.series.stored as stored
+    from strata.config import QUERY_DRIVER_ROWS
 
-    monkeypatch.setattr(program, "DRIVER_ROWS", 5)
-    monkeypatch.setattr(stored, "DRIVER_ROWS", 5)
+    spark.conf.set(QUERY_DRIVER_ROWS.name, "5")
+    request.addfinalizer(lambda: spark.conf.unset(QUERY_DRIVER_ROWS.name))
     rng = random.Random(5)
     segments = [segment(rng, 40) for _ in range(6)]
     series = [Series("weekly", "SELECT A, B, count(*) AS n FROM log GROUP BY A, B",

@@ -9,17 +9,18 @@ from typing import Annotated, Literal
 
 import typer
 
+from strata import config
 from strata.storage.home import Home
 
 HomeOption = Annotated[
     str,
-    typer.Option("--home", envvar="STRATA_HOME", show_envvar=True,
+    typer.Option("--home", envvar=config.HOME.name, show_envvar=True,
                  help="The strata home directory (catalog, state, flows): a local path or a "
                       "URI Spark and pyarrow both read (file:///…, hdfs://…, s3a://…)."),
 ]
 CatalogOption = Annotated[
     str | None,
-    typer.Option("--catalog", metavar="PATH", envvar="STRATA_CATALOG", show_envvar=True,
+    typer.Option("--catalog", metavar="PATH", envvar=config.CATALOG.name, show_envvar=True,
                  help="A local (or mounted) path for the home's SQLite catalog, its lock "
                       "beside it (default: inside a local home; a home on hdfs:// or an "
                       "object store needs one)."),

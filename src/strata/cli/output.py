@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from strata.config import SettingError
 from strata.model.errors import StrataError
 
 # Exit codes: 2 is a usage error (click's); a locked home is EX_TEMPFAIL, worth retrying.
@@ -45,6 +46,8 @@ def reported(traceback: bool | None = None) -> Iterator[None]:
     """
     try:
         yield
+    except SettingError as e:  # a conf or environment variable that does not parse
+        fail(str(e), EXIT_ERROR)
     except StrataError as e:
         from strata.controller.lock import HomeLockedError
         from strata.model.errors import EpochError

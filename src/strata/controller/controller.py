@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from strata import config
 from strata.controller import recovery, scheduling
 from strata.controller.dataframes import ingest_dataframe
 from strata.controller.framing import frame_all
@@ -113,7 +114,7 @@ class Controller:
         spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         if master is None and spark is None and remote is None:
-            remote = os.environ.get("STRATA_REMOTE") or None
+            remote = config.env(config.REMOTE)
         if spark is not None and is_connect(spark) or spark is None and remote is not None:
             refuse_over_connect(dataflow.stages.values())  # before the home is touched
         dataflow.validate()  # before anything is written: a bad dataflow leaves no home

@@ -26,6 +26,7 @@ import pyarrow.ipc as ipc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from strata import config
 from strata.model.errors import DataflowError
 from strata.physical import spark_hash
 
@@ -36,21 +37,20 @@ FLUSH_BYTES = 64 << 20  # ... or bytes (one buffer stays far below Arrow's 2 GiB
 _CODEC = "zstd"
 
 
-EXCHANGE_CONF = "spark.strata.vectorized.exchange"  # "auto", "arrow" or "rows"
-# "auto" packs an epoch of at least this many input records. Below it the map side's
-# Python stage costs more than it saves: on 2 cores, 0.15 s more per epoch at 10,000
-# records, even at 50,000, 5% less at 200,000 (docs/vectorized.md, "Measurements").
-ARROW_MIN_RECORDS = 50_000
-
-
 def exchange_kind(spark: Any, records: int) -> str:
     """How an epoch of ``records`` input records crosses the shuffle: ``"arrow"`` or
-    ``"rows"``, as ``EXCHANGE_CONF`` says (``"auto"``: by ``ARROW_MIN_RECORDS``)."""
-    kind = (spark.conf.get(EXCHANGE_CONF, "auto") or "auto").lower()
-    if kind not in ("auto", "arrow", "rows"):
-        raise DataflowError(f"{EXCHANGE_CONF} is 'auto', 'arrow' or 'rows', not {kind!r}")
-    if kind == "auto":
-        return "arrow" if records >= ARROW_MIN_RECORDS else "rows"
+    ``"rows"``, as ``spark.strata.vectorized.exchange`` says (``"auto"``: packed from
+    ``spark.strata.vectorized.exchangeMinRecords`` records; below that the map side's
+    Python stage costs more than it saves: on 2 cores, 0.15 s more per epoch at 10,000
+    records, even at 50,000, 5% less at 200,000; docs/vectorized.md, "Measurements",
+    and docs/configuration.md)."""
+    try:
+        kind = config.conf(spark, config.EXCHANGE)
+        if kind == "auto":
+            least = config.conf(spark, config.EXCHANGE_MIN_RECORDS)
+            return "arrow" if records >= least else "rows"
+    except config.SettingError as e:
+        raise DataflowError(str(e)) from None
     return kind
 
 

@@ -11,13 +11,13 @@ from importlib.resources import files
 
 from pyspark.sql import SparkSession
 
+from strata import config
 from strata.model.errors import StrataError
 
 # Epochs evaluate time functions (date_trunc, to_date, hour, …) in UTC whatever the
 # session or the machine says, so an answer (and the state it is built from) never
 # depends on where an epoch ran: docs/architecture.md, "The life of one epoch".
 TIME_ZONE = "spark.sql.session.timeZone"
-DEFAULT_MASTER = "local[*]"
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -46,7 +46,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
                           "(--remote), not both")
     explicit = remote is not None
     if master is None and remote is None:
-        remote = os.environ.get("STRATA_REMOTE") or None
+        remote = config.env(config.REMOTE)
     if remote is not None and not remote.startswith("sc://"):
         raise StrataError(f"Spark Connect URL {remote!r}: write sc://HOST:PORT "
                           "(e.g. sc://127.0.0.1:15002)")
@@ -69,7 +69,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
     log4j = files("strata") / "data" / "log4j2.properties"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master or os.environ.get("STRATA_MASTER", DEFAULT_MASTER))
+        SparkSession.builder.master(master or config.env(config.MASTER))
         .appName(app_name)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
@@ -81,7 +81,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         # Parquet's vectored reads bypass the Hadoop statistics behind Spark's input bytes
         # (only footers are counted); strata's cost model learns from those bytes
         .config("spark.hadoop.parquet.hadoop.vectored.io.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("STRATA_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.memory", config.env(config.DRIVER_MEMORY))
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
     for k, v in conf.items():

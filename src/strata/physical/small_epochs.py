@@ -13,17 +13,18 @@ Two session confs bound every program's choice; a program may bound it further:
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+from strata import config
 from strata.model.errors import EpochError
 from strata.physical.program import EpochContext
 
-DRIVER_ROWS, DEFAULT_DRIVER_ROWS = "spark.strata.driverEpoch.maxRows", 250_000
-DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES = (
-    "spark.strata.driverEpoch.maxStateBytes", 128 << 20)
+T = TypeVar("T")
 
 
 def driver_epoch_rows(ctx: EpochContext) -> int:
     """``spark.strata.driverEpoch.maxRows`` of ``ctx``'s session."""
-    return conf_int(ctx, DRIVER_ROWS, DEFAULT_DRIVER_ROWS)
+    return conf_of(ctx, config.DRIVER_EPOCH_ROWS)
 
 
 def fits_driver(ctx: EpochContext, rows: int, state_bytes: int,
@@ -33,19 +34,13 @@ def fits_driver(ctx: EpochContext, rows: int, state_bytes: int,
     limit = driver_epoch_rows(ctx)
     if max_rows is not None:
         limit = min(limit, max_rows)
-    return (rows <= limit
-            and state_bytes <= conf_int(ctx, DRIVER_STATE_BYTES, DEFAULT_DRIVER_STATE_BYTES))
+    return rows <= limit and state_bytes <= conf_of(ctx, config.DRIVER_EPOCH_STATE_BYTES)
 
 
-def conf_int(ctx: EpochContext, key: str, default: int) -> int:
-    """Session conf ``key`` as a whole number (``default`` when unset); an epoch error
-    naming the stage when it is not one."""
-    value = ctx.spark.conf.get(key, None)
-    if value is None:
-        return default
+def conf_of(ctx: EpochContext, setting: config.Setting[T]) -> T:
+    """Session conf ``setting`` (docs/configuration.md) of ``ctx``'s session; an epoch
+    error naming the stage when its value does not parse."""
     try:
-        return int(value)
-    except ValueError:
-        raise EpochError(f"session conf {key}={value!r} is not a whole number; set it to a "
-                         f"count (default {default})", stage=ctx.stage.name,
-                         epoch=ctx.epoch) from None
+        return config.conf(ctx.spark, setting)
+    except config.SettingError as e:
+        raise EpochError(str(e), stage=ctx.stage.name, epoch=ctx.epoch) from None

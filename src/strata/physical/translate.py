@@ -36,12 +36,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from strata import config
 from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.records import pending_state_records
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
-from strata.physical.small_epochs import fits_driver
+from strata.physical.small_epochs import conf_of, fits_driver
 from strata.physical.tasks import EpochTask
 from strata.storage import fs
 from strata.storage.direct_columns import StoreSpec
@@ -51,15 +52,10 @@ from strata.storage.manifest import StateSnapshot
 from strata.storage.partition_store import RunInfo
 
 MODES = ("direct", "blackbox")
-# A direct epoch of at most this many input records runs in the driver (within the
-# session's limits: physical/small_epochs.py). There it skips the job, the pickling and
-# the shuffle but calls translate on one core where Spark's tasks use them all, so larger
-# epochs run as tasks (measured: docs/performance.md, "Small translate epochs").
-DRIVER_RECORDS = 50_000
-# An input file of more than twice this many records is read by several map tasks (row
-# slices of the file), up to one task per core, so that one large increment file does
-# not leave all but one core idle on the map side.
-SLICE_RECORDS = 50_000
+# A direct epoch of at most spark.strata.translate.driverRecords input records runs in
+# the driver (within the session's limits: physical/small_epochs.py); an input file of
+# more than twice spark.strata.translate.sliceRecords records is read by several map
+# tasks (docs/configuration.md; measured: docs/performance.md, "Small translate epochs").
 
 
 def _identity(p: int) -> int:
@@ -115,9 +111,10 @@ class TranslateProgram(StageProgram):
         here = self.in_driver(ctx, before)
         sc = ctx.spark.sparkContext
         splits: list[tuple] = []
+        slices = conf_of(ctx, config.TRANSLATE_SLICE_RECORDS)
         for fi, name in enumerate(stage.input_names):
             for inc in ctx.inputs.get(name, ()):
-                splits += input_splits(fi, inc, 1 if here else sc.defaultParallelism)
+                splits += input_splits(fi, inc, 1 if here else sc.defaultParallelism, slices)
         splits += [("pending", f) for f in before.pending]
         if ctx.mode == "blackbox":
             splits += [("blackbox", f) for f in before.blackbox]
@@ -139,7 +136,7 @@ class TranslateProgram(StageProgram):
     @staticmethod
     def in_driver(ctx: EpochContext, before: TranslateState) -> bool:
         """Whether the epoch runs in the driver (``EpochTask.run_here``): direct mode, at
-        most ``DRIVER_RECORDS`` input records (and the session's
+        most ``spark.strata.translate.driverRecords`` input records (and the session's
         ``spark.strata.driverEpoch.maxRows``), at most
         ``spark.strata.driverEpoch.maxStateBytes`` of state runs and pending records.
         Outer grouping calls every stored key too, so its stored entries count as input.
@@ -152,7 +149,7 @@ class TranslateProgram(StageProgram):
         calls = ctx.input_records
         if ctx.stage.state is not None and ctx.stage.state.grouping == "outer":
             calls += sum(r.entries for r in runs)
-        return fits_driver(ctx, calls, state, DRIVER_RECORDS)
+        return fits_driver(ctx, calls, state, conf_of(ctx, config.TRANSLATE_DRIVER_RECORDS))
 
     @staticmethod
     def _run_on_spark(sc: Any, task: EpochTask, splits: list[tuple], n: int) -> list[dict]:
@@ -247,13 +244,14 @@ class TranslateProgram(StageProgram):
                     fs.delete_quietly(uri)
 
 
-def input_splits(fi: int, inc: Increment, cores: int) -> list[tuple]:
+def input_splits(fi: int, inc: Increment, cores: int, slice_records: int) -> list[tuple]:
     """Map-side splits of input ``fi``'s increment ``inc``: one per file, or row slices
-    ``("input", fi, uri, i, k)`` of large files (the file's records are assumed even)."""
+    ``("input", fi, uri, i, k)`` of files of more than twice ``slice_records`` records
+    (the file's records are assumed even), up to one per core."""
     files = len(inc.files)
     per_file = inc.records // max(1, files)
-    k = min(-(-per_file // SLICE_RECORDS), -(-cores // max(1, files)))
-    if per_file < 2 * SLICE_RECORDS or k < 2:
+    k = min(-(-per_file // max(1, slice_records)), -(-cores // max(1, files)))
+    if per_file < 2 * slice_records or k < 2:
         return [("input", fi, f) for f in inc.files]
     return [("input", fi, f, i, k) for f in inc.files for i in range(k)]
 

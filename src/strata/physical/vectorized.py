@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from strata import config
 from strata.model.dataflow import STATE, Dataflow, Flow, Input, Stage, State
 from strata.model.errors import (
     DataflowError,
@@ -110,13 +111,13 @@ def vectorized_stage(
                           outputs=outputs, state=st, runnable=runnable, program=program)
 
 
-ARROW_CONF = "spark.strata.arrow"  # "false": the driver leaves reads and evaluation to Spark
-
-
 def arrow_enabled(spark: Any) -> bool:
     """Whether the driver may read an epoch's rows with pyarrow (``spark.strata.arrow``
-    is not ``false``)."""
-    return (spark.conf.get(ARROW_CONF, "true") or "true").lower() != "false"
+    is not ``false``; docs/configuration.md)."""
+    try:
+        return config.conf(spark, config.ARROW)
+    except config.SettingError as e:
+        raise DataflowError(str(e)) from None
 
 
 class _NotHere(Exception):  # noqa: N818  (a signal to let Spark do it, not a failure)

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from strata.physical.vectorized import ARROW_CONF, arrow_enabled
+from strata.physical.vectorized import arrow_enabled
 from strata.queries import arrow_expr, driver_rows
 from strata.queries.algebra import Map, Nearest, Scan
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
@@ -31,8 +31,6 @@ from strata.queries.arrow_lift import aggregate, outside, split_lift
 from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.frames import spark_type
 from strata.queries.incremental import GroupPlan, answer_scope
-
-CONF = ARROW_CONF
 
 
 def enabled(spark: SparkSession) -> bool:

@@ -18,12 +18,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
+from strata import config
 from strata.model.errors import StrataError
 from strata.queries import arrow_step, driver_rows, explode, outer_join, window_functions
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
-from strata.queries.frames import DRIVER_ROWS, cut, empty_frame, local_rows, spark_type
+from strata.queries.frames import cut, empty_frame, local_rows, spark_type
 from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
 from strata.queries.tables import QueryTables
 from strata.storage.increments import Increment, read_table
@@ -183,11 +184,12 @@ class Evaluator:
 
     def held_flow_rows(self, flow: str) -> DataFrame | None:
         """:meth:`flow_rows` read by the driver with pyarrow and held (no Spark job), if
-        the increment has at most ``DRIVER_ROWS`` rows and its types read as Spark
+        the increment has at most ``spark.strata.query.driverRows`` rows and its types read as Spark
         reads them; else None."""
         schema = spark_type(self.program.flow_ddl[flow])
         try:
-            table = read_table(self._files(flow), driver_rows.arrow_schema(schema), DRIVER_ROWS)
+            table = read_table(self._files(flow), driver_rows.arrow_schema(schema),
+                               config.conf(self.spark, config.QUERY_DRIVER_ROWS))
         except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return None
         if table is None:

@@ -16,12 +16,11 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
+from strata import config
 from strata.physical.session import is_connect
 from strata.queries import driver_rows
 from strata.storage import fs
 
-DRIVER_ROWS = 100_000  # an epoch's changes, an appended increment or a rewritten table up
-# to this many rows: written by the driver
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
 
 
@@ -39,26 +38,28 @@ def ddl_of(schema: StructType) -> str:
 def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
     """``df`` computed now, as a DataFrame without lineage, and its rows if counted.
 
-    Up to ``DRIVER_ROWS`` rows (an iteration step's changes usually are) come to the driver
-    as Arrow and go back as a local DataFrame: one small job, and the plans built on it stay
-    shallow and cheap to schedule however many steps run. More rows are checkpointed on the
-    executors instead."""
+    Up to ``spark.strata.query.driverRows`` rows (docs/configuration.md; an iteration
+    step's changes usually are) come to the driver as Arrow and go back as a local
+    DataFrame: one small job, and the plans built on it stay shallow and cheap to
+    schedule however many steps run. More rows are checkpointed on the executors
+    instead."""
     table = driver_rows.held(df)
     if table is not None:
         return df, table.num_rows
-    limited = df.coalesce(1).limit(DRIVER_ROWS + 1)
+    most = config.conf(df.sparkSession, config.QUERY_DRIVER_ROWS)
+    limited = df.coalesce(1).limit(most + 1)
     if is_connect(df.sparkSession):
         rows = local_rows(df)
     else:
         rows = _local_under_limit(limited)
-        if rows is not None and rows > DRIVER_ROWS:  # the limit may be folded into it
+        if rows is not None and rows > most:  # the limit may be folded into it
             rows = local_rows(df)
     if rows == 0:  # held as an empty table, so steps that follow can stay in Arrow
         return driver_rows.from_arrow(df.sparkSession,
                                       driver_rows.arrow_schema(df.schema).empty_table(),
                                       df.schema), 0
     table = limited.toArrow()
-    if table.num_rows <= DRIVER_ROWS:
+    if table.num_rows <= most:
         return driver_rows.from_arrow(df.sparkSession, table, df.schema), table.num_rows
     return df.localCheckpoint(eager=True), None
 

@@ -18,10 +18,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from strata import config
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.physical.small_epochs import driver_epoch_rows
-from strata.queries import arrow_step, driver_rows, frames
+from strata.physical.small_epochs import conf_of, driver_epoch_rows
+from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
@@ -147,23 +148,25 @@ class QueryProgram(StageProgram):
 
     def _mode(self, ctx: EpochContext, tables: QueryTables) -> EvalMode:
         """How this epoch is evaluated: in the driver (:attr:`EvalMode.DRIVER`) when the
-        Arrow path is on, the increment has at most ``DRIVER_ROWS`` records (and at most
-        ``spark.strata.driverEpoch.maxRows``) and every state table at most
-        ``ARROW_ROWS`` rows; else as the program's mode says."""
+        Arrow path is on, the increment has at most ``spark.strata.query.driverRows``
+        records (and at most ``spark.strata.driverEpoch.maxRows``) and every state table
+        at most ``spark.strata.query.driverTableRows`` rows; else as the program's mode
+        says."""
         if (self.eval_mode is not EvalMode.EPOCH or not self.driver_epochs
                 or not arrow_step.enabled(ctx.spark)):
             return self.eval_mode
-        limit = min(frames.DRIVER_ROWS, driver_epoch_rows(ctx))
+        limit = min(conf_of(ctx, config.QUERY_DRIVER_ROWS), driver_epoch_rows(ctx))
         if ctx.input_records > limit or not tables.small():
             return self.eval_mode
         return EvalMode.DRIVER
 
     def _write_output(self, changes: DataFrame, out_dir: str, tasks: int) -> None:
-        """Write the epoch's changes into ``out_dir``. Up to ``DRIVER_ROWS`` rows (an
-        increment's changes usually are) come to the driver as Arrow and are written as one
-        file the way ingested increments are, which costs a fraction of a Spark write job
-        (committer, Hadoop job set-up, task-side writers); more are written by Spark, in
-        ``tasks`` tasks. Changes the driver holds are cast and written with no Spark job."""
+        """Write the epoch's changes into ``out_dir``. Up to
+        ``spark.strata.query.driverRows`` rows (an increment's changes usually are) come to
+        the driver as Arrow and are written as one file the way ingested increments are,
+        which costs a fraction of a Spark write job (committer, Hadoop job set-up,
+        task-side writers); more are written by Spark, in ``tasks`` tasks. Changes the
+        driver holds are cast and written with no Spark job."""
         held = driver_rows.held(changes)
         if held is not None:
             try:
@@ -174,8 +177,9 @@ class QueryProgram(StageProgram):
                 write_table(fs.join(out_dir, "part-00000.parquet"), table)
                 return
         out = changes.selectExpr(*self._output_casts())
-        table = out.coalesce(1).limit(frames.DRIVER_ROWS + 1).toArrow()
-        if table.num_rows <= frames.DRIVER_ROWS:
+        most = config.conf(out.sparkSession, config.QUERY_DRIVER_ROWS)
+        table = out.coalesce(1).limit(most + 1).toArrow()
+        if table.num_rows <= most:
             try:
                 table = table.cast(self._output_schema())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from strata import config
 from strata.model.errors import StrataError
 from strata.physical import spark_hash
 from strata.physical.session import default_parallelism, is_connect
@@ -39,9 +40,10 @@ from strata.storage.increments import FILE_CACHE, read_table, row_count, write_t
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
-ARROW_ROWS = 2_000_000  # a committed table of at most this many rows may be read by the
+# A committed table of at most spark.strata.query.driverTableRows rows may be read by the
 # driver (an iteration's state, a small epoch's join inputs): tens of MB as Arrow, kept in
-# the driver's file cache between epochs (storage.increments.FILE_CACHE)
+# the driver's file cache between epochs (storage.increments.FILE_CACHE;
+# docs/configuration.md).
 
 
 def _registered(spark: SparkSession) -> set[str]:
@@ -189,14 +191,14 @@ class QueryTables:
 
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows
-        and at most ``ARROW_ROWS`` of them; else None."""
+        and at most ``spark.strata.query.driverTableRows`` of them; else None."""
         with self._reading:  # a series epoch's answers read them in threads
             if name not in self._arrow:
                 self._arrow[name] = self._read_small(name)
             return self._arrow[name]
 
     def _read_small(self, name: str) -> pa.Table | None:
-        if not self.has(name) or self.rows(name) > ARROW_ROWS:
+        if not self.has(name) or self.rows(name) > config.conf(self.spark, config.QUERY_TABLE_ROWS):
             return None
         return read_table(self.live[name]["files"], driver_rows.arrow_schema(self.schema(name)),
                           cache=True)
@@ -208,8 +210,11 @@ class QueryTables:
             t["rows"] = sum(row_count(f) for f in t.get("files", []))
         return int(t["rows"])
 
-    def small(self, limit: int = ARROW_ROWS) -> bool:
-        """Whether every committed table has at most ``limit`` rows."""
+    def small(self, limit: int | None = None) -> bool:
+        """Whether every committed table has at most ``limit`` rows (default
+        ``spark.strata.query.driverTableRows``)."""
+        if limit is None:
+            limit = config.conf(self.spark, config.QUERY_TABLE_ROWS)
         return all(self.rows(name) <= limit for name in self.live)
 
     def _open(self, name: str) -> DataFrame | None:
@@ -272,20 +277,23 @@ class QueryTables:
         return True
 
     def _small(self, name: str) -> bool:
-        """Whether table ``name`` had at most half of ``DRIVER_ROWS`` rows: a rewrite of
-        it likely fits on the driver (one that does not falls back to Spark)."""
+        """Whether table ``name`` had at most half of ``spark.strata.query.driverRows``
+        rows: a rewrite of it likely fits on the driver (one that does not falls back to
+        Spark)."""
         rows = self.live.get(name, {}).get("rows")
-        return rows is not None and rows <= frames.DRIVER_ROWS // 2
+        return rows is not None and rows <= config.conf(self.spark,
+                                                        config.QUERY_DRIVER_ROWS) // 2
 
     def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
                               path: str) -> tuple[list[str] | None, int]:
-        """Like :meth:`_write_bucketed` for up to ``DRIVER_ROWS`` rows (an increment
-        appended to a join input or a small group-by's state usually is): the rows, with
-        their bucket, come to the driver as Arrow and each bucket is written as one file.
-        The files (None if there are more rows) and the number of rows."""
+        """Like :meth:`_write_bucketed` for up to ``spark.strata.query.driverRows`` rows
+        (an increment appended to a join input or a small group-by's state usually is):
+        the rows, with their bucket, come to the driver as Arrow and each bucket is
+        written as one file. The files (None if there are more rows) and the number of rows."""
+        most = config.conf(self.spark, config.QUERY_DRIVER_ROWS)
         table = (df.withColumn(BUCKET, bucket_of(lineage, self.n)).coalesce(1)
-                 .limit(frames.DRIVER_ROWS + 1).toArrow())
-        if table.num_rows > frames.DRIVER_ROWS:
+                 .limit(most + 1).toArrow())
+        if table.num_rows > most:
             return None, table.num_rows
         bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
         return _write_buckets(table, bucket, path), table.num_rows

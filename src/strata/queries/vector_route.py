@@ -37,13 +37,13 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from sqlglot import exp
 
+from strata import config
 from strata.model.errors import TranslateError
 from strata.model.schema import parse_ddl
 from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical import spark_hash
 from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
-from strata.physical.small_epochs import DEFAULT_DRIVER_ROWS
 from strata.physical.vectorized import VectorizedProgram, VectorState
 from strata.queries import arrow_expr, arrow_step
 from strata.queries.algebra import GroupBy
@@ -298,9 +298,9 @@ class VectorQueryProgram(VectorizedProgram):
                 f"then each of the stage's partitions merges it into its columnar state "
                 f"(keyed by {keys}) with Arrow; one Spark job per epoch. A small epoch "
                 f"(spark.strata.driverEpoch.maxRows records, default "
-                f"{DEFAULT_DRIVER_ROWS:,}) reads the increment with pyarrow (Spark when an "
-                f"expression or key type is outside the driver's) and aggregates and "
-                f"merges it in the driver, with no shuffle")
+                f"{config.DRIVER_EPOCH_ROWS.default:,}) reads the increment with pyarrow "
+                f"(Spark when an expression or key type is outside the driver's) and "
+                f"aggregates and merges it in the driver, with no shuffle")
 
     def run(self, ctx: EpochContext) -> EpochOutcome:
         # the groups come out of Spark's aggregation partitioned as the stage needs them:

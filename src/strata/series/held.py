@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
+from strata import config
 from strata.physical.program import EpochContext
 from strata.physical.session import is_connect
-from strata.physical.small_epochs import conf_int
+from strata.physical.small_epochs import conf_of
 from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
 from strata.queries.arrow_lift import aggregate, outside
@@ -37,7 +38,6 @@ from strata.series.normalize import SeriesPlan, View, union_partials
 from strata.storage import fs
 from strata.storage.increments import FILE_CACHE, Increment, read_table
 
-HELD_ROWS, DEFAULT_HELD_ROWS = "spark.strata.series.heldSegmentRows", 2_000_000
 HeldReader = Callable[[View, range], "DataFrame | None"]
 _MERGE = {"add": "sum", "least": "min", "greatest": "max"}
 
@@ -49,7 +49,7 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
     rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow_step.
     enabled`); else None. Never over Spark Connect, where every held frame is sent to
     the server when it is made."""
-    limit = conf_int(ctx, HELD_ROWS, DEFAULT_HELD_ROWS)
+    limit = conf_of(ctx, config.HELD_SEGMENT_ROWS)
     if not segment.files or segment.records > limit or limit < 0 \
             or is_connect(ctx.spark) or not arrow_step.enabled(ctx.spark):
         return None

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from strata import config
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.machine_runs import MACHINE_RUNS
@@ -45,8 +46,8 @@ _COMPRESSION = "zstd"
 
 
 # decoded runs by path, in each process (a Python worker reused by later tasks, or the
-# driver), up to STRATA_RUN_CACHE_MB (default 256; 0 turns it off)
-RUN_CACHE = TableCache(int(float(os.environ.get("STRATA_RUN_CACHE_MB", "256")) * (1 << 20)))
+# driver), up to STRATA_RUN_CACHE_MB (docs/configuration.md; read at each use)
+RUN_CACHE = TableCache(lambda: int(config.env(config.RUN_CACHE_MB) * (1 << 20)))
 
 
 def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.ChunkedArray:

@@ -36,6 +36,8 @@ from contextlib import suppress
 
 import pyarrow as pa
 
+from strata import config
+
 _SUFFIX = ".arrow"
 _STALE_TMP_SECONDS = 3600
 
@@ -49,16 +51,22 @@ class MachineRunCache:
     """Uncompressed copies of runs under ``directory``, up to ``budget`` bytes in all;
     a table over a quarter of the budget is not kept."""
 
-    def __init__(self, directory: str, budget: int) -> None:
-        self.directory = directory
-        self.budget = budget
-        self._checked: bool | None = None
+    def __init__(self, directory: str | None = None, budget: int | None = None) -> None:
+        """``directory`` and ``budget`` default to ``STRATA_MACHINE_RUN_CACHE_DIR`` and
+        ``STRATA_MACHINE_RUN_CACHE_MB``, read at each use (docs/configuration.md)."""
+        self._directory = directory
+        self._budget = budget
+        self._checked: tuple[str, bool] | None = None
 
-    @classmethod
-    def from_environment(cls) -> MachineRunCache:
-        mb = float(os.environ.get("STRATA_MACHINE_RUN_CACHE_MB", "2048"))
-        return cls(os.environ.get("STRATA_MACHINE_RUN_CACHE_DIR") or _default_dir(),
-                   int(mb * (1 << 20)))
+    @property
+    def directory(self) -> str:
+        return self._directory or config.env(config.MACHINE_RUN_CACHE_DIR) or _default_dir()
+
+    @property
+    def budget(self) -> int:
+        if self._budget is not None:
+            return self._budget
+        return int(config.env(config.MACHINE_RUN_CACHE_MB) * (1 << 20))
 
     @property
     def enabled(self) -> bool:
@@ -67,17 +75,18 @@ class MachineRunCache:
     def _owned(self) -> bool:
         """The directory is missing (it will be made) or this user's alone: files another
         user could write are never mapped."""
-        if self._checked is None:
+        directory = self.directory
+        if self._checked is None or self._checked[0] != directory:
             try:
-                st = os.stat(self.directory)
+                st = os.stat(directory)
             except FileNotFoundError:
                 return True
             except OSError:
                 st = None
             mine = not hasattr(os, "getuid") or (
                 st is not None and st.st_uid == os.getuid() and not st.st_mode & 0o022)
-            self._checked = mine
-        return self._checked
+            self._checked = (directory, mine)
+        return self._checked[1]
 
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, hashlib.sha1(key.encode()).hexdigest() + _SUFFIX)
@@ -150,4 +159,4 @@ class MachineRunCache:
         self._evict(budget=0)
 
 
-MACHINE_RUNS = MachineRunCache.from_environment()
+MACHINE_RUNS = MachineRunCache()

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
 
 class TableCache:
     """Tables by key, newest use last, up to ``budget`` bytes; a table over half the
-    budget is not kept (it would push out everything else). Safe across threads."""
+    budget is not kept (it would push out everything else). Safe across threads.
+    ``budget`` may be a function, asked at each use (a budget an environment variable
+    sets: docs/configuration.md)."""
 
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
+    def __init__(self, budget: int | Callable[[], int]) -> None:
+        self._budget = budget
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -50,6 +52,11 @@ class TableCache:
             table = self._tables.pop(old, None)
             if table is not None:
                 self._tables[new] = table
+
+    @property
+    def budget(self) -> int:
+        """The bytes the cache may keep (now)."""
+        return self._budget() if callable(self._budget) else self._budget
 
     @property
     def bytes(self) -> int:
