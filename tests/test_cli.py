@@ -335,6 +335,22 @@ def test_ingest_table_output(registered_home):
     assert "waiting for: count" in out
 
 
+def test_ingesting_parquet_as_csv_prints_only_the_clear_error(registered_home, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "urls.parquet"
+    pq.write_table(pa.table({"url": [f"http://a/{i}\x84" for i in range(200)]}), path)
+    proc = subprocess.run([sys.executable, "-m", "strata.cli", "ingest", "--home",
+                           str(registered_home), "urls", str(path), "--format", "csv"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "urls.parquet, line " in proc.stderr
+    assert "not UTF-8 text, so not CSV" in proc.stderr
+    assert status_of(registered_home)["connectors"][0]["queued"] == 0
+
+
 def test_run_on_a_locked_home_exits_75(registered_home):
     from strata.apps.urlcount import urlcount_dataflow
     from strata.controller import Controller

@@ -191,7 +191,8 @@ def show_(
 
     with output.reported():
         n, table = series_answer(existing_home(home), name, occurrence)
-        print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit)
+        print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit,
+                      table.column_names)
 
 
 @app.command()
@@ -304,7 +305,7 @@ def query(
             typer.echo(output.dumps({"stream": stream, "sources": sources,
                                      "columns": answer.columns, "records": recs}))
             return
-        print_records(f"ad hoc query over {stream}", recs, fmt, limit)
+        print_records(f"ad hoc query over {stream}", recs, fmt, limit, answer.columns)
         if fmt == "table":
             output.out().print(Text("\n".join(sources)))
 

@@ -16,6 +16,7 @@ row group (Parquet) and the column. Rules:
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -236,7 +237,29 @@ def _csv(path: str, types: dict[str, pa.DataType], bad: list, threads: bool) -> 
             true_values=_TRUE, false_values=_FALSE))
 
 
+def _check_text(path: str, flow: str) -> None:
+    """Refuse a file that is not UTF-8 text (a Parquet file given as CSV, say) before
+    pyarrow's CSV reader sees it: its handler of a bad row cannot decode such a row and
+    prints the error to stderr itself."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, done = 1, False
+    with open(path, "rb") as f:
+        while not done:
+            chunk = f.read(1 << 20)
+            done = not chunk
+            pending = len(decoder.getstate()[0])  # bytes of the last chunk's last character
+            try:
+                decoder.decode(chunk, final=done)
+            except UnicodeDecodeError as e:
+                line += chunk.count(b"\n", 0, max(e.start - pending, 0))
+                raise _fail(path, f"line {line}", "not UTF-8 text, so not CSV (give the "
+                            "file's format with --format, or convert the file to UTF-8)",
+                            flow) from None
+            line += chunk.count(b"\n")
+
+
 def _read_csv(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+    _check_text(path, flow)
     try:
         header = pcsv.open_csv(path, parse_options=pcsv.ParseOptions(
             invalid_row_handler=lambda row: "skip")).schema.names
