@@ -88,6 +88,25 @@ def test_help_lists_the_options(command):
         assert word in result.stdout, (command, word)
 
 
+def _command_paths(group, path=()):
+    """Every command and group of the ``strata`` command, as argument paths."""
+    yield path
+    for name, sub in getattr(group, "commands", {}).items():
+        yield from _command_paths(sub, (*path, name))
+
+
+def test_no_help_prints_a_flag_as_a_typed_value():
+    import typer
+
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert ("series", "correct") in paths and ("window", "c2") in paths
+    for path in paths:
+        out = ok(*path, "--help").stdout
+        for raw in ("<bool>", "BOOLEAN", "<NoneType>"):
+            assert raw not in out, (path, raw, out)
+    assert "--legend" in ok("graph", "--help").stdout  # a flag pair is still listed
+
+
 def test_version():
     assert ok("--version").stdout.startswith(f"strata {strata.__version__}")
 
