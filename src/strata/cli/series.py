@@ -231,7 +231,8 @@ def correct(
             side = registry.check_correction(catalog, layout, stream, segment)
             schema = to_arrow_schema(checked_external_flow(layout, catalog, stream))
             rows = (schema.empty_table() if empty else
-                    read_source([str(p) for p in paths or []], schema, fmt, stream))
+                    read_source([str(p) for p in paths or []], schema, fmt, stream,
+                                exact_types=True))
             n = append_table(layout, catalog, side, correction(rows, segment, empty=empty))
         if json_out:
             typer.echo(output.dumps({"stream": stream, "segment": segment, "flow": side,
