@@ -236,3 +236,15 @@ def test_a_series_not_yet_answered_says_from_which_segment_it_will_be(spark, tmp
     assert "due from segment 7 of 'log' on (segments 1–1 read)" in after
     unknown = invoke("series", "show", "nosuch", "--home", home)
     assert unknown.exit_code == 1 and "no series 'nosuch'" in unknown.output
+
+
+def test_an_empty_answer_shows_zero_records(spark, tmp_path):
+    pipeline, home = _clicks_home(tmp_path)
+    ok("series", "add", "none", "SELECT A, count(*) AS n FROM log WHERE A = 'zz' GROUP BY A",
+       "--home", home)
+    pq.write_table(segment(random.Random(4), 10), tmp_path / "seg.parquet")
+    ok("ingest", "log", tmp_path / "seg.parquet", "--home", home)
+    ok("run", pipeline, "--home", home)
+    shown = " ".join(ok("series", "show", "none", "--occurrence", 1, "--home", home)
+                     .stdout.split())
+    assert "none at occurrence 1: 0 records" in shown and "A" in shown and "n" in shown
