@@ -88,6 +88,25 @@ def test_help_lists_the_options(command):
         assert word in result.stdout, (command, word)
 
 
+def _command_paths(group, path=()):
+    """Every command and group of the ``strata`` command, as argument paths."""
+    yield path
+    for name, sub in getattr(group, "commands", {}).items():
+        yield from _command_paths(sub, (*path, name))
+
+
+def test_no_help_prints_a_flag_as_a_typed_value():
+    import typer
+
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert ("series", "correct") in paths and ("window", "c2") in paths
+    for path in paths:
+        out = ok(*path, "--help").stdout
+        for raw in ("<bool>", "BOOLEAN", "<NoneType>"):
+            assert raw not in out, (path, raw, out)
+    assert "--legend" in ok("graph", "--help").stdout  # a flag pair is still listed
+
+
 def test_version():
     assert ok("--version").stdout.startswith(f"strata {strata.__version__}")
 
@@ -333,6 +352,22 @@ def test_ingest_table_output(registered_home):
     out = ok("ingest", "--home", registered_home, "urls", DAYS[0], "--format", "jsonl").stdout
     assert "ingested 4,000 records into urls as increment 1" in out
     assert "waiting for: count" in out
+
+
+def test_ingesting_parquet_as_csv_prints_only_the_clear_error(registered_home, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "urls.parquet"
+    pq.write_table(pa.table({"url": [f"http://a/{i}\x84" for i in range(200)]}), path)
+    proc = subprocess.run([sys.executable, "-m", "strata.cli", "ingest", "--home",
+                           str(registered_home), "urls", str(path), "--format", "csv"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "urls.parquet, line " in proc.stderr
+    assert "not UTF-8 text, so not CSV" in proc.stderr
+    assert status_of(registered_home)["connectors"][0]["queued"] == 0
 
 
 def test_run_on_a_locked_home_exits_75(registered_home):

@@ -185,6 +185,42 @@ def test_correcting_a_segment_from_the_cli(spark, tmp_path):
         duckdb_answer(WEEKLY, {"log": range(2, 4)}, corrected))
 
 
+def test_correct_refuses_what_the_stage_would_drop(spark, tmp_path):
+    """A series a pipeline declares (not registered with `strata series add`): a segment
+    older than its lateness, or rows of other types than the stream's, are refused at
+    the command, and nothing reaches the home."""
+    pipeline = tmp_path / "clicks.py"
+    pipeline.write_text(
+        "from strata import Dataflow\nfrom strata.series import Series, add_series\n\n"
+        f"dataflow = Dataflow('clicks')\ndataflow.source('log', {DDL!r})\n"
+        f"add_series(dataflow, 'log', [Series('last2', {WEEKLY!r}, {{'log': 'log[-1:0]'}}, "
+        "lateness=1)])\n")
+    home = tmp_path / "home"
+    ok("run", pipeline, "--home", home)
+    rng = random.Random(3)
+    for i in range(3):
+        pq.write_table(segment(rng, 10), tmp_path / f"seg{i}.parquet")
+        ok("ingest", "log", tmp_path / f"seg{i}.parquet", "--home", home)
+    ok("run", pipeline, "--home", home)
+    fixed = segment(rng, 5)
+    pq.write_table(fixed, tmp_path / "fixed.parquet")
+    before = json.loads(ok("status", "--home", home, "--json").stdout)
+    old = invoke("series", "correct", "log", 2, tmp_path / "fixed.parquet", "--home", home)
+    assert old.exit_code == 1 and "Traceback" not in old.output
+    assert "segment 2 of 'log' is too old to correct" in " ".join(old.output.split())
+    assert "newest 1 segment(s) (3–3)" in " ".join(old.output.split())
+    texts = fixed.set_column(1, "B", fixed["B"].cast("string"))  # B is a bigint
+    pq.write_table(texts, tmp_path / "texts.parquet")
+    typed = invoke("series", "correct", "log", 3, tmp_path / "texts.parquet", "--home", home)
+    assert typed.exit_code == 1 and "Traceback" not in typed.output
+    assert "column 'B': file type string is not the flow's type int64" in " ".join(
+        typed.output.split())
+    assert json.loads(ok("status", "--home", home, "--json").stdout) == before
+    done = json.loads(ok("series", "correct", "log", 3, tmp_path / "fixed.parquet",
+                         "--home", home, "--json").stdout)
+    assert done["increment"] == 1 and done["records"] == 5
+
+
 def test_a_series_not_yet_answered_says_from_which_segment_it_will_be(spark, tmp_path):
     pipeline, home = _clicks_home(tmp_path)
     ok("series", "add", "weekly", "SELECT A, count(*) AS n FROM log GROUP BY A",
@@ -200,3 +236,15 @@ def test_a_series_not_yet_answered_says_from_which_segment_it_will_be(spark, tmp
     assert "due from segment 7 of 'log' on (segments 1–1 read)" in after
     unknown = invoke("series", "show", "nosuch", "--home", home)
     assert unknown.exit_code == 1 and "no series 'nosuch'" in unknown.output
+
+
+def test_an_empty_answer_shows_zero_records(spark, tmp_path):
+    pipeline, home = _clicks_home(tmp_path)
+    ok("series", "add", "none", "SELECT A, count(*) AS n FROM log WHERE A = 'zz' GROUP BY A",
+       "--home", home)
+    pq.write_table(segment(random.Random(4), 10), tmp_path / "seg.parquet")
+    ok("ingest", "log", tmp_path / "seg.parquet", "--home", home)
+    ok("run", pipeline, "--home", home)
+    shown = " ".join(ok("series", "show", "none", "--occurrence", 1, "--home", home)
+                     .stdout.split())
+    assert "none at occurrence 1: 0 records" in shown and "A" in shown and "n" in shown

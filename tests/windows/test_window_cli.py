@@ -59,3 +59,33 @@ def test_windows_from_the_cli(spark, tmp_path):
     assert any(s["stage"] == "late" and "source(s)" in (s["summary"] or "") for s in status)
     missing = invoke("window", "c2", "nope", "--home", home)
     assert missing.exit_code == 1
+
+
+def test_a_record_without_an_event_time_or_source_is_refused_at_ingest(spark, tmp_path):
+    """A window stage needs every record's event time and source: ingest refuses a
+    record without one (nothing queued), for a stage `strata window add` registers and,
+    after the next run registers the pipeline again, still."""
+    pipeline = tmp_path / "weblog.py"
+    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('weblog')\n"
+                        f"dataflow.source('log', {DDL!r})\n")
+    home = tmp_path / "home"
+    ok("run", pipeline, "--home", home)
+    ok("window", "add", "top", WINDOWED, "--home", home)
+    good = {"ts": 1, "host": "h0", "url": "/a", "bytes": 9, "user": None}
+    for n, (field, bad) in enumerate([("ts", {**good, "ts": None}),
+                                      ("host", {**good, "host": None})]):
+        path = tmp_path / f"bad{n}.jsonl"
+        path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        refused = invoke("ingest", "log", path, "--home", home)
+        assert refused.exit_code == 1 and "Traceback" not in refused.output
+        said = " ".join(refused.stderr.split())
+        assert f"bad{n}.jsonl, line 2, field {field!r}: null, but the flow requires a " \
+               "value" in said and "ingest the file again" in said and "'log'" in said
+        status = json.loads(ok("status", "--home", home, "--json").stdout)
+        assert [c["queued"] for c in status["connectors"] if c["flow"] == "log"] == [0]
+        if n == 0:  # the pipeline registered again (the stage attached): still refused
+            assert "nothing to run" in ok("run", pipeline, "--home", home).stdout
+    parquet = write(tmp_path, [good, {**good, "ts": None}])
+    refused = invoke("ingest", "log", parquet, "--home", home, "--by-reference")
+    assert refused.exit_code == 1 and "column 'ts': 1 null(s)" in refused.stderr
+    ok("ingest", "log", write(tmp_path, [good]), "--home", home)  # a user may be null

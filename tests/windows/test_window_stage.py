@@ -307,3 +307,19 @@ def test_deletes_retract_records_from_their_panes(spark, tmp_path):
         assert mine == want, (start, mine, want)
         checked += 1
     assert checked >= 3
+
+
+def test_a_window_stage_declares_its_time_and_source_not_null():
+    """The flow's schema, as the catalog keeps it, says which columns ingest must find
+    a value in (docs/windows.md); a flow that is one source needs only the time."""
+    from strata.model.schema import parse_ddl, to_ddl
+
+    df = Dataflow("weblog")
+    df.source("log", DDL)
+    df.source("other", DDL)
+    add_window(df, from_sql("w", SQL.replace("GROUP BY url", "GROUP BY url, "
+                                             "WINDOW(ts, 6, 3, host)")))
+    assert to_ddl(df.flows["log"].schema) == ("ts bigint NOT NULL, host string NOT NULL, "
+                                              "url string, bytes bigint, user string")
+    assert parse_ddl(to_ddl(df.flows["log"].schema)) == df.flows["log"].schema
+    assert to_ddl(df.flows["other"].schema) == DDL  # a flow no window reads: unchanged

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -115,8 +116,10 @@ def show(
         print_records(title, recs, fmt, limit)
 
 
-def print_records(title: str, recs: list[dict], fmt: str, limit: int | None) -> None:
-    """Records as a table (at most 50 unless ``limit``) or as JSON lines (``jsonl``)."""
+def print_records(title: str, recs: list[dict], fmt: str, limit: int | None,
+                  columns: Sequence[str] = ()) -> None:
+    """Records as a table (at most 50 unless ``limit``) or as JSON lines (``jsonl``);
+    ``columns`` heads the table when there are no records to take them from."""
     if fmt == "jsonl":
         out = sys.stdout
         for rec in recs if limit is None else recs[:limit]:
@@ -126,15 +129,16 @@ def print_records(title: str, recs: list[dict], fmt: str, limit: int | None) -> 
     shown = recs[: 50 if limit is None else limit]
     table = Table(title=f"{title}: {len(recs):,} record{'s' if len(recs) != 1 else ''}",
                   title_justify="left")
-    columns: list[str] = []
+    heads = list(columns)
     for rec in shown:
-        columns += [c for c in rec if c not in columns]
-    for c in columns:
+        heads += [c for c in rec if c not in heads]
+    for c in heads:
         table.add_column(c, overflow="fold")
     for rec in shown:
-        table.add_row(*[output.cell(rec.get(c)) for c in columns])
+        table.add_row(*[output.cell(rec.get(c)) for c in heads])
     console = output.out()
-    console.print(table)
+    # a table without columns prints nothing, not even its title
+    console.print(table if heads else Text(str(table.title)))
     if len(recs) > len(shown):
         console.print(f"… {len(recs) - len(shown):,} more (--limit N, or --format jsonl)")
 

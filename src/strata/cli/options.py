@@ -8,9 +8,28 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+import typer.core
 
 from strata import config
 from strata.storage.home import Home
+
+
+def _flags_without_a_type() -> None:
+    """Rich help lists a flag (``--json``, ``--follow / --no-follow``, ``--help``) without a
+    type: typer's rich panel prints every option's type, a flag's as ``<bool>``, though
+    a flag takes no value (its plain help leaves the type out, as this does)."""
+    typed = typer.core.TyperOption.display_type_rich
+    if getattr(typed, "strata_flags", False):
+        return
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag or self.count else typed(self, ctx)
+
+    display_type_rich.strata_flags = True  # type: ignore[attr-defined]
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_a_type()
 
 HomeOption = Annotated[
     str,

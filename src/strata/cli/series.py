@@ -196,7 +196,8 @@ def show_(
 
     with output.reported():
         n, table = series_answer(existing_home(home, catalog_at), name, occurrence)
-        print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit)
+        print_records(f"{name} at occurrence {n}", table.to_pylist(), fmt, limit,
+                      table.column_names)
 
 
 @app.command()
@@ -236,7 +237,8 @@ def correct(
             side = registry.check_correction(catalog, layout, stream, segment)
             schema = to_arrow_schema(checked_external_flow(layout, catalog, stream))
             rows = (schema.empty_table() if empty else
-                    read_source([str(p) for p in paths or []], schema, fmt, stream))
+                    read_source([str(p) for p in paths or []], schema, fmt, stream,
+                                exact_types=True))
             n = append_table(layout, catalog, side, correction(rows, segment, empty=empty))
         if json_out:
             typer.echo(output.dumps({"stream": stream, "segment": segment, "flow": side,
@@ -311,7 +313,7 @@ def query(
             typer.echo(output.dumps({"stream": stream, "sources": sources,
                                      "columns": answer.columns, "records": recs}))
             return
-        print_records(f"ad hoc query over {stream}", recs, fmt, limit)
+        print_records(f"ad hoc query over {stream}", recs, fmt, limit, answer.columns)
         if fmt == "table":
             output.out().print(Text("\n".join(sources)))
 

@@ -16,6 +16,7 @@ row group (Parquet) and the column. Rules:
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -33,6 +34,10 @@ from strata.model.errors import StrataError
 from strata.model.schema import holds_map, to_table
 
 FORMATS = ("jsonl", "csv", "parquet")
+# a NOT NULL column of the flow (a column a window stage reads every record's event
+# time or source from, docs/windows.md) without a value
+REQUIRED = ("but the flow requires a value (a stage reading it needs one): give every "
+            "record one, or drop those records, and ingest the file again")
 _ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
 _TRUE, _FALSE = ["true", "True", "TRUE", "1"], ["false", "False", "FALSE", "0"]
 
@@ -55,14 +60,17 @@ def format_of(path: str, fmt: str | None) -> str:
     return fmt
 
 
-def read_source(source: Sequence, schema: pa.Schema, fmt: str | None, flow: str) -> pa.Table:
-    """All records of ``source`` (files, or a list of dicts) as one table of ``schema``."""
+def read_source(source: Sequence, schema: pa.Schema, fmt: str | None, flow: str, *,
+                exact_types: bool = False) -> pa.Table:
+    """All records of ``source`` (files, or a list of dicts) as one table of ``schema``.
+    ``exact_types``: a Parquet file's columns have the flow's types, not types that cast
+    to them (a correction of a segment, which replaces rows of that schema)."""
     if source and all(isinstance(s, dict) for s in source):
         return _checked(list(source), schema, flow, "records", lambda i: f"record {i + 1}")
     if not source:
         raise IngestError(f"nothing to ingest into {flow!r}: give at least one file")
-    tables = [_read_file(os.fspath(p), schema, format_of(os.fspath(p), fmt), flow)
-              for p in source]
+    tables = [_read_file(os.fspath(p), schema, format_of(os.fspath(p), fmt), flow,
+                         exact_types) for p in source]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -80,11 +88,13 @@ def _fail(path: str, where: str, what: str, flow: str) -> IngestError:
     return IngestError(f"{path}, {where}: {what} (flow {flow!r}). Nothing was ingested.")
 
 
-def _read_file(path: str, schema: pa.Schema, fmt: str, flow: str) -> pa.Table:
+def _read_file(path: str, schema: pa.Schema, fmt: str, flow: str,
+               exact_types: bool = False) -> pa.Table:
     if not os.path.exists(path):
         raise IngestError(f"no such file: {path}")
-    reader = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv}[fmt]
-    return reader(path, schema, flow)
+    if fmt == "parquet":
+        return _read_parquet(path, schema, flow, exact_types)
+    return {"jsonl": _read_jsonl, "csv": _read_csv}[fmt](path, schema, flow)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -202,7 +212,7 @@ def _json_line_problem(line: bytes, schema: pa.Schema) -> tuple[str, str]:
         if value is ... or value is None:
             if not f.nullable:
                 how = "missing" if value is ... else "null"
-                return f", field {f.name!r}", f"{how}, but the flow requires a value"
+                return f", field {f.name!r}", f"{how}, {REQUIRED}"
         elif _error_of(_jsonl, line, pa.schema([f]), "ignore"):
             return f", field {f.name!r}", f"{json.dumps(value, default=str)} is not {_a(f.type)}"
     return "", f"does not fit ({_error_of(_jsonl, line, schema)})"
@@ -236,7 +246,29 @@ def _csv(path: str, types: dict[str, pa.DataType], bad: list, threads: bool) -> 
             true_values=_TRUE, false_values=_FALSE))
 
 
+def _check_text(path: str, flow: str) -> None:
+    """Refuse a file that is not UTF-8 text (a Parquet file given as CSV, say) before
+    pyarrow's CSV reader sees it: its handler of a bad row cannot decode such a row and
+    prints the error to stderr itself."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, done = 1, False
+    with open(path, "rb") as f:
+        while not done:
+            chunk = f.read(1 << 20)
+            done = not chunk
+            pending = len(decoder.getstate()[0])  # bytes of the last chunk's last character
+            try:
+                decoder.decode(chunk, final=done)
+            except UnicodeDecodeError as e:
+                line += chunk.count(b"\n", 0, max(e.start - pending, 0))
+                raise _fail(path, f"line {line}", "not UTF-8 text, so not CSV (give the "
+                            "file's format with --format, or convert the file to UTF-8)",
+                            flow) from None
+            line += chunk.count(b"\n")
+
+
 def _read_csv(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+    _check_text(path, flow)
     try:
         header = pcsv.open_csv(path, parse_options=pcsv.ParseOptions(
             invalid_row_handler=lambda row: "skip")).schema.names
@@ -347,12 +379,28 @@ def _csv_column(path: str, cells: pa.Array, f: pa.Field, flow: str) -> pa.Array:
     if not f.nullable and cells.null_count:
         i = pc.index(cells.is_null(), True).as_py()
         raise _fail(path, f"line {i + 2}, column {f.name!r}",
-                    "empty, but the flow requires a value", flow)
+                    f"empty, {REQUIRED}", flow)
     return cells
 
 
 # -- Parquet ----------------------------------------------------------------------------
-def _read_parquet(path: str, schema: pa.Schema, flow: str) -> pa.Table:
+_KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_boolean,
+          pa.types.is_timestamp, pa.types.is_date, pa.types.is_string,
+          pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+
+
+def _same_kind(got: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a file's type is the flow's up to its width or unit (int32 for bigint,
+    nanoseconds for microseconds), not another kind of value (text for a number)."""
+    if got.equals(want):
+        return True
+    kind = next((k for k in _KINDS if k(want)), None)
+    return kind is not None and kind(got) or (
+        pa.types.is_string(want) and pa.types.is_large_string(got))
+
+
+def _read_parquet(path: str, schema: pa.Schema, flow: str, exact_types: bool = False
+                  ) -> pa.Table:
     try:
         pf = pq.ParquetFile(path)
         table = pf.read()
@@ -363,6 +411,9 @@ def _read_parquet(path: str, schema: pa.Schema, flow: str) -> pa.Table:
                           f"{flow!r} ({schema.names}). Nothing was ingested.")
     for f in schema:
         col = table[f.name]
+        if exact_types and not _same_kind(col.type, f.type):
+            raise _fail(path, f"column {f.name!r}", f"file type {col.type} is not the flow's "
+                        f"type {f.type}: write the file with the flow's types", flow)
         if _error_of(col.cast, f.type) is None and (f.nullable or not col.null_count):
             continue
         start = 0
@@ -374,6 +425,7 @@ def _read_parquet(path: str, schema: pa.Schema, flow: str) -> pa.Table:
                 raise _fail(path, where, f"file type {col.type} does not fit the flow's type "
                             f"{f.type} ({why})", flow)
             if not f.nullable and part.null_count:
-                raise _fail(path, where, "null, but the flow requires a value", flow)
+                row = start + 1 + pc.index(part.is_null(), True).as_py()
+                raise _fail(path, f"row {row}, column {f.name!r}", f"null, {REQUIRED}", flow)
             start += len(part)
     return table.select(schema.names).cast(schema)

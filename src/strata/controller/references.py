@@ -55,6 +55,7 @@ def referenced_increment(home: Home, paths: Sequence[str | os.PathLike[str]],
         except (pa.ArrowException, OSError) as e:
             raise IngestError(f"{uri}: not a readable Parquet file ({e})") from None
         _check_schema(uri, meta.schema.to_arrow_schema(), schema, flow)
+        _check_values(uri, meta, schema, flow)
         uris.append(uri)
         records += meta.num_rows
         size += info.size
@@ -96,3 +97,25 @@ def check_referenced(home: Home, stage: str, epoch: int,
                 raise StrataError(f"{where}: {', '.join(inc.files)}, ingested by reference "
                                   f"with {inc.bytes} bytes, now hold {now}: changed since "
                                   f"ingest. {fix}")
+
+
+def _check_values(uri: str, meta: pq.FileMetaData, want: pa.Schema, flow: str) -> None:
+    """A NOT NULL column of the flow has a value in every row: by the footer's null
+    counts (a column chunk without them is read)."""
+    leaves = [meta.schema.column(j).path for j in range(meta.num_columns)]
+    for f in want:
+        if f.nullable:
+            continue
+        i = leaves.index(f.name)  # a flat column (the event time, the source)
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(i).statistics
+            nulls = stats.null_count if stats is not None and stats.has_null_count else None
+            if nulls is None:
+                fsys, path = fs.resolve(uri)
+                nulls = pq.ParquetFile(path, filesystem=fsys).read_row_group(
+                    g, columns=[f.name]).column(0).null_count
+            if nulls:
+                raise IngestError(f"{uri}, row group {g}, column {f.name!r}: {nulls} null(s), "
+                                  f"but flow {flow!r} requires a value (a stage reading it "
+                                  "needs one): give every record one, or drop those "
+                                  "records, and ingest the file again. Nothing was ingested.")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
-from strata.model.schema import to_ddl
+from strata.model.schema import same_columns, to_ddl
 from strata.physical.fusion import PhysicalStage
 from strata.physical.registration import attach
 from strata.storage.catalog import Catalog
@@ -43,7 +43,8 @@ def register(catalog: Catalog, home: str, dataflow: Dataflow,
     fingerprint = hashlib.sha256(json.dumps(sorted(flows)).encode()).hexdigest()[:16]
     known = catalog.flows()
     for name, ddl, _, _ in flows:
-        if name in known and known[name]["schema"] != ddl:
+        # NOT NULL comes and goes with the stages that need a value (Dataflow.stage)
+        if name in known and not same_columns(known[name]["schema"], ddl):
             raise StrataError(
                 f"flow {name!r} in home {home} has schema {known[name]['schema']!r} "
                 f"but the dataflow declares {ddl!r}; use a new home or keep the schema"

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from strata.model.errors import DataflowError
 from strata.model.routing import column_router
-from strata.model.schema import SchemaLike, to_arrow_schema
+from strata.model.schema import SchemaLike, requiring, to_arrow_schema
 
 Record = dict[str, Any]
 KeyFn = Callable[[Record], Any]
@@ -24,7 +24,9 @@ STATE = "state"  # the name translate writes state records to: out.write("state"
 class StageProgram(Protocol):
     """What the model knows of a stage's compiled program: its kind. The program runs
     the stage's epochs instead of a ``translate`` (a compiled query, say); the physical
-    layer defines the whole contract (``strata.physical.program.StageProgram``)."""
+    layer defines the whole contract (``strata.physical.program.StageProgram``), whose
+    ``required_columns()`` the model also reads: the columns of its external inputs
+    every record needs a value in (:meth:`Dataflow.stage` declares them NOT NULL)."""
 
     @property
     def kind(self) -> str: ...
@@ -256,11 +258,24 @@ class Dataflow:
                 )
         if program is None:
             _check_arity(name, translate, len(ins), state is not None)
+        else:
+            self._require(program, ins)
         for f in outs:
             f.producer = name
         st = Stage(name, translate, ins, outs, state, runnable, program)
         self.stages[name] = st
         return st
+
+    def _require(self, program: StageProgram, ins: Sequence[Input]) -> None:
+        """Declare the columns ``program`` needs a value in NOT NULL on the external
+        inputs it reads, so that ingest refuses a record without one (a window stage's
+        event time and source, docs/windows.md) instead of every epoch of the stage."""
+        required = getattr(program, "required_columns", None)
+        wanted: Mapping[str, Sequence[str]] = required() if callable(required) else {}
+        for i in ins:
+            flow = self.flows[i.flow_name]
+            if flow.external and wanted.get(flow.name):
+                flow.schema = requiring(flow.schema, wanted[flow.name])
 
     # -- inspecting ---------------------------------------------------------------
     @property

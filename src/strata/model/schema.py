@@ -63,7 +63,15 @@ def parse_ddl(ddl: str) -> pa.Schema:
     cols = tree.this.expressions
     if not cols or not all(isinstance(c, exp.ColumnDef) for c in cols):
         raise DataflowError(f"schema {ddl!r} must be a list of 'name type' columns")
-    return pa.schema([pa.field(c.name, _arrow_type(c.args["kind"])) for c in cols])
+    return pa.schema([pa.field(c.name, _arrow_type(c.args["kind"]), not _not_null(c))
+                      for c in cols])
+
+
+def _not_null(column: exp.ColumnDef) -> bool:
+    """Whether the column is declared ``NOT NULL`` (a flow whose stage needs a value
+    there: ingest refuses a record without one)."""
+    return any(isinstance(c.args.get("kind"), exp.NotNullColumnConstraint)
+               for c in column.args.get("constraints") or ())
 
 
 def to_arrow_schema(schema: SchemaLike) -> pa.Schema:
@@ -112,8 +120,21 @@ _DDL_NAMES = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(),
 
 
 def to_ddl(schema: pa.Schema) -> str:
-    """The schema as Spark DDL (``"url string, count bigint"``); parses back to itself."""
-    return ", ".join(f"{f.name} {type_ddl(f.type)}" for f in schema)
+    """The schema as Spark DDL (``"url string, count bigint"``, ``NOT NULL`` after a
+    field that is not nullable); parses back to itself."""
+    return ", ".join(f"{f.name} {type_ddl(f.type)}{'' if f.nullable else ' NOT NULL'}"
+                     for f in schema)
+
+
+def same_columns(a: str, b: str) -> bool:
+    """Whether two DDL schemas have the same columns and types, NOT NULL or not."""
+    return a == b or [(f.name, f.type) for f in parse_ddl(a)] == [
+        (f.name, f.type) for f in parse_ddl(b)]
+
+
+def requiring(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
+    """``schema`` with ``columns`` not nullable: every record needs a value there."""
+    return pa.schema([f.with_nullable(False) if f.name in columns else f for f in schema])
 
 
 def first_misfit(records: Sequence[dict], schema: pa.Schema) -> tuple[int, dict, str] | None:
@@ -175,9 +196,14 @@ def to_table(records: Sequence[dict], schema: pa.Schema) -> pa.Table | tuple[int
                 misfit = first_misfit(records[i:], schema) or (0, rec, "bad record")
                 return i + misfit[0], misfit[1], misfit[2]
     try:
-        return pa.Table.from_pylist(list(records), schema=schema)
+        table = pa.Table.from_pylist(list(records), schema=schema)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         bad = first_misfit(records, schema)
         if bad is not None:
             return bad
         raise
+    for f in schema:  # from_pylist does not check that a NOT NULL column has values
+        if not f.nullable and table[f.name].null_count:
+            i = table[f.name].to_pylist().index(None)
+            return i, records[i], f"{f.name!r} is null, but the flow requires a value"
+    return table

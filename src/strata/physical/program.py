@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -108,6 +108,12 @@ class StageProgram(ABC):
     def describe(self) -> str:
         """One line for pictures and listings."""
         return self.kind
+
+    def required_columns(self) -> Mapping[str, Sequence[str]]:
+        """Input flow -> the columns every record of it needs a value in: declared NOT
+        NULL on an external input the stage reads (``Dataflow.stage``), so ingest
+        refuses a record without one. None by default."""
+        return {}
 
     @classmethod
     @abstractmethod

@@ -428,10 +428,12 @@ class SeriesProgram(StageProgram):
 
     def carried(self, state: Mapping[str, Any] | None, n: int) -> dict[str, Any]:
         """What the state keeps about corrections after segment ``n``: the epochs they
-        took, and the corrected raw segments still in the kept window."""
+        took, the corrected raw segments still in the kept window, and the lateness the
+        stage takes corrections with (`strata series correct` checks a correction
+        against it, also for a stage only a pipeline declares)."""
         state = state or {}
         oldest = n - self.keep_segments
-        return {"corrections": state.get("corrections", []),
+        return {"corrections": state.get("corrections", []), "lateness": self.lateness,
                 "replaced": {j: e for j, e in state.get("replaced", {}).items()
                              if int(j) >= oldest}}
 

@@ -111,14 +111,16 @@ def check_correction(catalog: Catalog, home: Home, stream: str, segment: int,
         raise StrataError(f"no series on {stream!r} takes corrections: give a series a "
                           "lateness (`strata series add --lateness N`, or Series(lateness=N)) "
                           "and run the pipeline once")
-    n = segment_of(StateDir(home.stage(series_stage_name(stream))).current())
+    snap = StateDir(home.stage(series_stage_name(stream))).current()
+    n = segment_of(snap)
     if not 1 <= segment <= n:
         raise StrataError(f"segment {segment} of {stream!r} has not been read by its series "
                           f"(segments 1–{n} have): a correction replaces a segment already "
                           "read; run the pipeline to read newer ones first")
-    if lateness is None:
+    if lateness is None:  # a registered stage's, else the one its last epoch ran with
         program = registered(catalog).get(stream)
-        lateness = program.lateness if program is not None else None
+        lateness = program.lateness if program is not None else (
+            snap.state or {}).get("lateness")
     if lateness is not None and segment <= n - lateness:
         raise StrataError(f"segment {segment} of {stream!r} is too old to correct: the series "
                           f"on it take corrections of the newest {lateness} segment(s) "

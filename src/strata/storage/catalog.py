@@ -233,6 +233,12 @@ class Catalog:
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO flows VALUES (?, ?, NULL, 1)", (name, schema))
 
+    def set_schema(self, name: str, schema: str) -> None:
+        """Replace flow ``name``'s schema by ``schema``, its columns with NOT NULL where a
+        stage registered since needs a value (the columns themselves never change)."""
+        with self._transaction() as db:
+            db.execute("UPDATE flows SET schema = ? WHERE name = ?", (schema, name))
+
     def registered_stages(self) -> list[RegisteredStage]:
         """Stages registered with ``strata query`` and the like, oldest first."""
         rows = self.db.execute("SELECT name, kind, program, version, spec, description FROM "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -91,6 +91,12 @@ class WindowProgram(StageProgram):
         q, plan = self.plan.query, self.plan
         specs = ", ".join(f"{s.range}/{s.slide} ({s.per_window} panes)" for s in plan.specs)
         return f"windows {specs} of panes of {plan.width}; {q.eviction.describe()}"
+
+    def required_columns(self) -> Mapping[str, Sequence[str]]:
+        """Every record needs an event time and (unless the flow is one source) a
+        source: ingest refuses one without, rather than every epoch of this stage."""
+        plan, q = self.plan, self.plan.query
+        return {q.flow: [q.time, *(() if plan.one_source else (q.source,))]}
 
     # -- one epoch -------------------------------------------------------------------------
     def run(self, ctx: EpochContext) -> EpochOutcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
+from strata.model.schema import to_ddl
 from strata.physical.registration import compiled, registered_of_kind
 from strata.storage.catalog import Catalog
 from strata.windows.program import WindowProgram
@@ -39,6 +40,9 @@ def register(catalog: Catalog, query: WindowQuery, sql: str, dry_run: bool = Fal
         scratch.source(flow, info["schema"])
     stage = add_window(scratch, query)
     if not dry_run:
+        # the flow's NOT NULL columns (the event time, the source): ingest refuses a
+        # record without them from now on, as for a window stage a pipeline declares
+        catalog.set_schema(query.flow, to_ddl(scratch.flows[query.flow].schema))
         catalog.register_stage(compiled(stage, sql), stage.input_names, backfill=[query.flow])
     program = stage.program
     assert isinstance(program, WindowProgram)
