@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
+import tempfile
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 
@@ -44,3 +48,22 @@ def emit(result: dict, json_path: str, plot_path: str | None,
     print(text)
     if plot_path:
         plot(result, plot_path)
+
+
+def event_log_dir() -> str:
+    """A fresh directory for the benchmark session's Spark event log (pass it to
+    ``get_spark(event_log_dir=...)``), from which ``strata.observability.spark_metrics``
+    reads job metrics at any data size; removed, after the session stops, at exit."""
+    path = tempfile.mkdtemp(prefix="strata-bench-events-")
+    atexit.register(_remove_event_log, path)
+    return path
+
+
+def _remove_event_log(path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    with suppress(Exception):  # the session may already be gone at exit
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    shutil.rmtree(path, ignore_errors=True)

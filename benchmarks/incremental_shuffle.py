@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from common import emit, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, save  # benchmarks/common.py (this script's folder)
 
 MODES = ("direct", "indexed", "blackbox", "vectorized")
 DIRECT_STORES = ("direct", "indexed")  # direct mode over the columnar / the indexed store
@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
     from strata.physical.small_epochs import DRIVER_ROWS
 
-    spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")
+    spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle",
+                      event_log_dir=event_log_dir())
     # what this measures is Spark's shuffle per epoch: every epoch runs as Spark tasks,
     # none in the driver (docs/architecture.md, "Small epochs in the driver")
     spark.conf.set(DRIVER_ROWS, "-1")
