@@ -7,7 +7,7 @@ columnar state store, ``indexed``: direct over the indexed store, ``blackbox``),
 vectorized stage (``vectorized``: ``count_urls_vectorized`` over columnar state
 runs), with both state groupings (``outer``, ``inner``), for several values of S. Per epoch
 it records the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
-the driver's REST API through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
+Spark's event log through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
 bytes read / on disk reported by the runner, and the exact number of state records.
 
     python benchmarks/incremental_shuffle.py [--quick] --json PATH [--plot PATH.png]

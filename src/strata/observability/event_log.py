@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -111,13 +112,19 @@ class EventLog:
         if any(n.removesuffix(".inprogress").endswith(_CODECS) for n in names):
             return (f"the event log {location} is compressed (create the session with "
                     "spark.eventLog.compress=false)")
-        return cls(location, app)
+        with _LOCK:  # one reader per log: a new SparkMetrics does not re-read the log
+            return _READERS.setdefault(location, cls(location, app))
 
     def collect(self, group_id: str, expected_jobs: Iterable[int] = ()
                 ) -> tuple[int, list[StageAttempt]] | str:
         """Reads the new lines, then returns the number of jobs of group ``group_id`` and the
         attempts of their stages that ran, or what is still missing (a string) if a job of
         the group, one of ``expected_jobs`` included, or a stage attempt is unfinished."""
+        with _LOCK:
+            return self._collect(group_id, expected_jobs)
+
+    def _collect(self, group_id: str, expected_jobs: Iterable[int]
+                 ) -> tuple[int, list[StageAttempt]] | str:
         self._read()
         jobs = self._groups.get(group_id, [])
         missing = sorted(set(expected_jobs) - set(jobs))
@@ -211,3 +218,7 @@ def _add_task(run: StageAttempt, m: dict[str, Any]) -> None:
     run.input_bytes += (m.get("Input Metrics") or {}).get("Bytes Read", 0)
     run.output_bytes += (m.get("Output Metrics") or {}).get("Bytes Written", 0)
     run.executor_run_time_ms += m.get("Executor Run Time", 0)
+
+
+_READERS: dict[Path, EventLog] = {}  # event log location -> its reader (in this process)
+_LOCK = threading.Lock()
