@@ -193,7 +193,8 @@ def test_event_log_and_rest_api_agree(spark, metrics):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    rest = SparkMetrics(spark, event_log=False)
+    # a bound, not a timing: a loaded machine's UI can take minutes to answer
+    rest = SparkMetrics(spark, event_log=False, timeout_s=600)
     assert rest.source == "REST API"
     from_log, from_rest = metrics.for_group(group), rest.for_group(group)
     print("event log:", from_log.to_json(), "REST:", from_rest.to_json())
@@ -203,3 +204,34 @@ def test_event_log_and_rest_api_agree(spark, metrics):
     assert stages == rest.stage_attempts(group)
     assert {s.status for s in stages} == {"COMPLETE"}
     assert sum(s.shuffle_write_bytes for s in stages) == from_log.shuffle_write_bytes
+
+
+def test_a_rolling_event_log_is_read_across_its_files_and_partial_lines(spark, metrics,
+                                                                       tmp_path):
+    from strata.observability.event_log import EventLog
+
+    sc = spark.sparkContext
+    group = "rolling-event-log"
+    sc.setJobGroup(group, "rolling")
+    try:
+        _shuffle_job(sc, 10_000)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    want = metrics.stage_attempts(group)
+    log = EventLog.of(sc)
+    assert isinstance(log, EventLog)
+    # this session's log, laid out as Spark rolls one: eventlog_v2_APP/events_N_APP
+    lines = log.location.read_bytes().splitlines(keepends=True)
+    end = max(i for i, line in enumerate(lines) if b'"SparkListenerJobEnd"' in line)
+    rolled = tmp_path / f"eventlog_v2_{log.app}"
+    rolled.mkdir()
+    (rolled / f"events_1_{log.app}").write_bytes(b"".join(lines[:end // 2]))
+    second = rolled / f"events_2_{log.app}"
+    second.write_bytes(b"".join(lines[end // 2:end]) + lines[end][:20])  # JobEnd half written
+    reader = EventLog(rolled, log.app)
+    assert "not finished" in str(reader.collect(group))
+    with open(second, "ab") as f:
+        f.write(b"".join([lines[end][20:], *lines[end + 1:]]))
+    assert reader.collect(group) == (1, want)
+    assert sum(a.shuffle_write_bytes for a in want) > 0
