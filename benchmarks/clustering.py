@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"clustering benchmark: a preload of {sum(map(len, head)):,} edges, then {n} "
         f"increments of ~{size:,} edges ({sum(map(len, increments)):,} edges in all); "
         f"load average {load0[0]:.2f}")
-    spark = get_spark(args.master, app_name="strata-bench-clustering")
+    spark = get_spark(args.master, app_name="strata-bench-clustering",
+                      event_log_dir=event_log_dir())
     # what this compares is Spark's shuffle and the tasks' state reads: every epoch runs
     # as Spark tasks, none in the driver (docs/architecture.md, "Small epochs in the driver")
     spark.conf.set(DRIVER_ROWS, "-1")

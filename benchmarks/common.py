@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 # the 1-minute load when the benchmark imported this module, i.e. as it started
@@ -88,3 +92,22 @@ def run_record() -> dict:
 
 def _round(load: float | None) -> float | None:
     return None if load is None else round(load, 2)
+
+
+def event_log_dir() -> str:
+    """A fresh directory for the benchmark session's Spark event log (pass it to
+    ``get_spark(event_log_dir=...)``), from which ``strata.observability.spark_metrics``
+    reads job metrics at any data size; removed, after the session stops, at exit."""
+    path = tempfile.mkdtemp(prefix="strata-bench-events-")
+    atexit.register(_remove_event_log, path)
+    return path
+
+
+def _remove_event_log(path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    with suppress(Exception):  # the session may already be gone at exit
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    shutil.rmtree(path, ignore_errors=True)

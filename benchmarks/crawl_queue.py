@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{n} increments of {size:,} pages "
         f"({sum(len(p['links']) for b in batches for p in b):,} links) generated in "
         f"{time.perf_counter() - t0:.1f} s; load average {load[0]:.2f}")
-    spark = get_spark(args.master, app_name="strata-bench-crawl-queue")
+    spark = get_spark(args.master, app_name="strata-bench-crawl-queue",
+                      event_log_dir=event_log_dir())
     metrics = SparkMetrics(spark)
     tmp = Path(tempfile.mkdtemp(prefix="strata-crawl-"))
     modes, extras = {}, {}

@@ -7,7 +7,7 @@ columnar state store, ``indexed``: direct over the indexed store, ``blackbox``),
 vectorized stage (``vectorized``: ``count_urls_vectorized`` over columnar state
 runs), with both state groupings (``outer``, ``inner``), for several values of S. Per epoch
 it records the wall time of ``run_epoch``, Spark's own shuffle bytes for the epoch's jobs (read from
-the driver's REST API through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
+Spark's event log through :class:`strata.observability.spark_metrics.SparkMetrics`), the state
 bytes read / on disk reported by the runner, and the exact number of state records.
 
     python benchmarks/incremental_shuffle.py [--quick] --json PATH [--plot PATH.png]
@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from common import emit, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, save  # benchmarks/common.py (this script's folder)
 
 MODES = ("direct", "indexed", "blackbox", "vectorized")
 DIRECT_STORES = ("direct", "indexed")  # direct mode over the columnar / the indexed store
@@ -420,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     from strata.physical.session import get_spark
     DRIVER_ROWS = DRIVER_EPOCH_ROWS.name
 
-    spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle")
+    spark = get_spark(args.master, app_name="strata-bench-incremental-shuffle",
+                      event_log_dir=event_log_dir())
     # what this measures is Spark's shuffle per epoch: every epoch runs as Spark tasks,
     # none in the driver (docs/architecture.md, "Small epochs in the driver")
     spark.conf.set(DRIVER_ROWS, "-1")

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"pagerank benchmark: initial graph of {initial:,} pages and "
         f"{len(increments[0]):,} links, then {batches} batch(es) of {size} links; "
         f"load average {load[0]:.2f}")
-    spark = get_spark(args.master, app_name="strata-bench-pagerank")
+    spark = get_spark(args.master, app_name="strata-bench-pagerank", event_log_dir=event_log_dir())
     # what this compares is Spark's shuffle: every epoch runs as Spark tasks, none in the
     # driver (docs/architecture.md, "Small epochs in the driver"), where neither side
     # shuffles anything

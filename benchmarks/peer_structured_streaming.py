@@ -35,7 +35,7 @@ the benchmark copies the increment's file into the watched directory and times
 ``processAllAvailable()`` (wall seconds, the reported number; it includes up to one
 ``spark.sql.streaming.pollingDelay``, set to 50 ms); the query's own ``triggerExecution``
 time is kept too. ``transformWithState*`` need the ``protobuf`` package (test extra).
-Spark shuffle write bytes per increment come from the REST API
+Spark shuffle write bytes per increment come from Spark's event log
 (:class:`strata.observability.spark_metrics.SparkMetrics`; for streams, the query's job group). All
 methods' final counts are checked against the last full recomputation.
 
@@ -53,7 +53,6 @@ increments 2..k of each method, increment 1 being warm-up for every method):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -63,9 +62,7 @@ import sys
 import tempfile
 import time
 import traceback
-import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +70,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import emit, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, save  # benchmarks/common.py (this script's folder)
 
 # slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
 FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
@@ -132,33 +129,16 @@ def make_increments(root: Path, records: int, keys: int, increments: int, skew: 
 
 
 # -- Spark helpers ----------------------------------------------------------------------------
-def stage_times(spark, group: str) -> dict[str, float]:
+def stage_times(metrics: Any, group: str) -> dict[str, float]:
     """Seconds of the map (shuffle-writing) and result stages of job group ``group``, and
-    the sum of their tasks' run time, from the driver's REST API."""
-    sc = spark.sparkContext
-    base = f"{sc.uiWebUrl.rstrip('/')}/api/v1/applications/{sc.applicationId}"
-
-    def get(path: str) -> Any:
-        with urllib.request.urlopen(base + path, timeout=10) as r:
-            return json.load(r)
-
+    the sum of their tasks' run time, from Spark's metrics (``SparkMetrics``)."""
     out = {"map_stage_s": 0.0, "reduce_stage_s": 0.0, "task_run_s": 0.0}
-    for job in (j for j in get("/jobs") if j.get("jobGroup") == group):
-        for sid in job.get("stageIds", []):
-            for a in get(f"/stages/{sid}?details=false"):
-                if a.get("status") != "COMPLETE":
-                    continue
-                secs = (_ts(a["completionTime"]) - _ts(a["submissionTime"]))
-                kind = "map_stage_s" if a.get("shuffleWriteBytes", 0) else "reduce_stage_s"
-                out[kind] += secs
-                out["task_run_s"] += a.get("executorRunTime", 0) / 1000
+    for a in metrics.stage_attempts(group):
+        if a.status != "COMPLETE":
+            continue
+        out["map_stage_s" if a.shuffle_write_bytes else "reduce_stage_s"] += a.seconds
+        out["task_run_s"] += a.executor_run_time_ms / 1000
     return {k: round(v, 3) for k, v in out.items()}
-
-
-def _ts(s: str) -> float:
-    """Seconds of a REST timestamp like ``2024-01-01T10:00:00.123GMT``."""
-    return datetime.strptime(s.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(
-        tzinfo=UTC).timestamp()
 
 
 def sorted_counts(table: pa.Table) -> pa.Table:
@@ -252,7 +232,8 @@ class Strata(Method):
                 "state_bytes_compaction_read": r.metrics.get("state_bytes_compaction_read"),
                 "state_bytes_total": r.metrics.get("state_bytes_total"),
                 "keys_called": r.metrics.get("keys_called"),
-                "records_out": r.records_out.get("counts", 0), **stage_times(spark, group)}
+                "records_out": r.records_out.get("counts", 0),
+                **stage_times(self.ctx["metrics"], group)}
 
     def finish(self) -> pa.Table:
         if self.variant == "query":
@@ -627,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     from strata.observability.spark_metrics import SparkMetrics
     from strata.physical.session import get_spark
 
-    spark = get_spark(args.master, app_name="strata-bench-peer")
+    spark = get_spark(args.master, app_name="strata-bench-peer", event_log_dir=event_log_dir())
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     # idle streams poll their source this often (default 10 ms): less polling load on the
     # other methods, at most this much added to a stream's wall time per increment

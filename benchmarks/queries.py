@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = QUICK if args.quick else FULL
     # an iteration's epoch runs thousands of stages: the UI must keep them for the metrics
-    spark = get_spark(args.master, app_name="strata-bench-queries",
+    spark = get_spark(args.master, app_name="strata-bench-queries", event_log_dir=event_log_dir(),
                       **{"spark.ui.retainedStages": "100000", "spark.ui.retainedJobs": "100000"})
     metrics = SparkMetrics(spark)
     data = batches(cfg)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import queries as q  # benchmarks/queries.py (this script's folder)
-from common import emit, parser, save
+from common import emit, event_log_dir, parser, save
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_FACTORS = [1, 4, 16, 64, 256]
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     base = q.QUICK if args.quick else q.FULL
     factors = args.factors or (QUICK_FACTORS if args.quick else FULL_FACTORS)
     args.increments = args.increments or (2 if args.quick else 4)
-    spark = get_spark(args.master, app_name="strata-bench-queries-scale")
+    spark = get_spark(args.master, app_name="strata-bench-queries-scale",
+                      event_log_dir=event_log_dir())
     metrics = SparkMetrics(spark)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     result: dict = {"machine": f"{os.cpu_count()} cores, {args.master}",

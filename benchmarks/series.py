@@ -70,7 +70,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 from series_sdp import run_sdp
 from series_sweep import FULL as SWEEP_FULL
 from series_sweep import QUICK as SWEEP_QUICK
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     SERIES["q2"] = weekly(cfg["week"])
     # get_spark turns Parquet's vectored reads off: with them Spark counts only footers
-    spark = get_spark(args.master, app_name="strata-bench-series",
+    spark = get_spark(args.master, app_name="strata-bench-series", event_log_dir=event_log_dir(),
                       **{"spark.ui.retainedStages": "100000",
                          "spark.ui.retainedJobs": "100000"})
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))

@@ -66,7 +66,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, parser, save  # benchmarks/common.py (this script's folder)
+from common import emit, event_log_dir, parser, save  # benchmarks/common.py (this script's folder)
 from series import FULL, QUICK, segments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = {**(QUICK if args.quick else FULL), "days": 1}
     spark = get_spark(args.master, app_name="strata-bench-series-prefix",
+                      event_log_dir=event_log_dir(),
                       **{"spark.ui.retainedStages": "100000"})
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     metrics = SparkMetrics(spark)

@@ -20,9 +20,13 @@ os.environ["STRATA_MACHINE_RUN_CACHE_DIR"] = MACHINE_RUN_CACHE
 def spark():
     from strata.physical.session import get_spark
 
-    session = get_spark("local[2]", app_name="strata-tests", spark_driver_memory="2g")
+    # Spark's event log, from which strata.observability.spark_metrics reads job metrics
+    events = tempfile.mkdtemp(prefix="strata-test-events-")
+    session = get_spark("local[2]", app_name="strata-tests", event_log_dir=events,
+                        spark_driver_memory="2g")
     yield session
     session.stop()
+    shutil.rmtree(events, ignore_errors=True)
 
 
 def pytest_sessionfinish(session, exitstatus):

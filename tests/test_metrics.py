@@ -10,6 +10,7 @@ from operator import add
 import pytest
 
 from strata.observability.spark_metrics import JobMetrics, SparkMetrics, current_job_group
+from tests.helpers import session_confs
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +143,95 @@ def test_empty_block_measures_nothing(spark, metrics):
 
 
 def test_ui_disabled_is_a_clear_error():
-    class NoUi:
+    from pyspark import SparkConf
+
+    class NoUi:  # a context without the event log and without the UI
         uiWebUrl = None
         applicationId = "local-0"
 
-    with pytest.raises(RuntimeError, match="spark.ui.enabled"):
+        def getConf(self) -> SparkConf:
+            return SparkConf(loadDefaults=False)
+
+    with pytest.raises(RuntimeError, match="event_log_dir.*spark.ui.enabled"):
         SparkMetrics(NoUi())
+
+
+def test_measures_come_from_the_event_log(metrics):
+    # tests/conftest.py creates the session with get_spark(event_log_dir=...)
+    assert metrics.source == "event log"
+
+
+def test_parquet_read_reports_its_file_bytes_and_shuffle(spark, metrics, tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    path = tmp_path / "known.parquet"
+    # random values do not compress: the file is large next to its footer
+    pq.write_table(pa.table({"k": rng.integers(0, 50, 200_000), "v": rng.random(200_000)}),
+                   path, compression="none")
+    size = path.stat().st_size
+    with session_confs(spark, {"spark.sql.shuffle.partitions": "4"}), \
+            metrics.measure("parquet") as m:
+        spark.read.parquet(str(path)).groupBy("k").sum("v").collect()
+    print(f"parquet of {size} bytes:", m.to_json())
+    assert 0.9 * size <= m.input_bytes <= 1.2 * size
+    assert m.shuffle_write_bytes > 0
+    assert m.shuffle_read_bytes == m.shuffle_write_bytes
+    assert m.output_bytes == 0
+
+
+def test_event_log_and_rest_api_agree(spark, metrics):
+    sc = spark.sparkContext
+    group = "agree-event-log-rest"
+    sc.setJobGroup(group, "agree")
+    try:
+        _shuffle_job(sc, 50_000)
+        with session_confs(spark, {"spark.sql.shuffle.partitions": "4"}):
+            spark.range(20_000).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    # a bound, not a timing: a loaded machine's UI can take minutes to answer
+    rest = SparkMetrics(spark, event_log=False, timeout_s=600)
+    assert rest.source == "REST API"
+    from_log, from_rest = metrics.for_group(group), rest.for_group(group)
+    print("event log:", from_log.to_json(), "REST:", from_rest.to_json())
+    assert from_log == from_rest
+    assert from_log.jobs >= 2 and from_log.shuffle_write_bytes > 0
+    stages = metrics.stage_attempts(group)
+    assert stages == rest.stage_attempts(group)
+    assert {s.status for s in stages} == {"COMPLETE"}
+    assert sum(s.shuffle_write_bytes for s in stages) == from_log.shuffle_write_bytes
+
+
+def test_a_rolling_event_log_is_read_across_its_files_and_partial_lines(spark, metrics,
+                                                                       tmp_path):
+    from strata.observability.event_log import EventLog
+
+    sc = spark.sparkContext
+    group = "rolling-event-log"
+    sc.setJobGroup(group, "rolling")
+    try:
+        _shuffle_job(sc, 10_000)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    want = metrics.stage_attempts(group)
+    log = EventLog.of(sc)
+    assert isinstance(log, EventLog)
+    # this session's log, laid out as Spark rolls one: eventlog_v2_APP/events_N_APP
+    lines = log.location.read_bytes().splitlines(keepends=True)
+    end = max(i for i, line in enumerate(lines) if b'"SparkListenerJobEnd"' in line)
+    rolled = tmp_path / f"eventlog_v2_{log.app}"
+    rolled.mkdir()
+    (rolled / f"events_1_{log.app}").write_bytes(b"".join(lines[:end // 2]))
+    second = rolled / f"events_2_{log.app}"
+    second.write_bytes(b"".join(lines[end // 2:end]) + lines[end][:20])  # JobEnd half written
+    reader = EventLog(rolled, log.app)
+    assert "not finished" in str(reader.collect(group))
+    with open(second, "ab") as f:
+        f.write(b"".join([lines[end][20:], *lines[end + 1:]]))
+    assert reader.collect(group) == (1, want)
+    assert sum(a.shuffle_write_bytes for a in want) > 0

@@ -27,7 +27,8 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 def get_spark(master: str | None = None, app_name: str = "strata", *,
-              remote: str | None = None, **conf: str) -> SparkSession:
+              remote: str | None = None, event_log_dir: str | os.PathLike[str] | None = None,
+              **conf: str) -> SparkSession:
     """Return the active Spark session, creating one for ``master`` (or ``remote``) if
     there is none.
 
@@ -40,6 +41,11 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
     partition ``i`` lives beside it). PySpark's DataFrame debugging context is off: it
     costs several JVM round trips for every column function a query plan is built from,
     and strata names the failing stage and epoch in its own errors.
+
+    ``event_log_dir`` (a local directory, created if missing) makes a new classic session
+    write Spark's event log there, uncompressed and in one file, for
+    ``strata.observability.spark_metrics`` to read job metrics from at any data size
+    (docs/architecture.md, "Layers"); without it those metrics come from the UI's REST API.
     """
     if master and remote:
         raise StrataError("give either a Spark master (--master) or a Spark Connect URL "
@@ -84,6 +90,12 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         .config("spark.driver.memory", config.env(config.DRIVER_MEMORY))
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
+    if event_log_dir is not None:
+        os.makedirs(event_log_dir, exist_ok=True)
+        builder = (builder.config("spark.eventLog.enabled", "true")
+                   .config("spark.eventLog.dir", os.path.abspath(event_log_dir))
+                   .config("spark.eventLog.compress", "false")
+                   .config("spark.eventLog.rolling.enabled", "false"))
     for k, v in conf.items():
         builder = builder.config(k.replace("_", "."), v)
     spark = builder.getOrCreate()
