@@ -160,8 +160,8 @@ def _records_of(schemas: Mapping[str, pa.Schema], increment: Mapping[str, Any], 
     out: dict[str, list[Record]] = {}
     for flow, data in increment.items():
         if flow not in schemas:
-            raise StrataError(f"increment {number} names flow {flow!r}, which is not an "
-                              f"{kind} flow of {where} ({', '.join(sorted(schemas))})")
+            raise StrataError(f"increment {number} names flow {flow!r}, which is not one of "
+                              f"the {kind} flows of {where} ({', '.join(sorted(schemas))})")
         records = _as_records(data, flow, number)
         table = to_table(records, schemas[flow])
         if isinstance(table, tuple):
