@@ -152,7 +152,8 @@ class SparkRunner:
     def write_increment(self, stage: Stage, flow: str, records: list[Record]) -> Increment:
         schema = flow_schema(stage, flow)
         parts = [records[i :: self.files_per_input] for i in range(self.files_per_input)]
-        files, size = [], 0
+        files: list[str] = []
+        size = 0
         for part in parts:
             if not part and files:
                 continue
