@@ -1,37 +1,25 @@
-"""A tiny deterministic multi-stage driver for tests, and executors to run it on.
+"""The kit's driver and executors (``strata.testing``, docs/testing.md) for the project's
+own tests, with the tests' mode names.
 
-``run_dataflow(df, batches, executor)`` pushes each batch of source records through
-the dataflow with a fixed schedule (see its docstring), so that two executors that
-implement the model identically produce the same output increments, epoch by epoch.
-
-Executors expose ``run(stage, {flow: records}) -> {flow: records}`` (one stage epoch)
-and ``state_records(stage) -> records`` (the stage's committed state):
-
-- :class:`ReferenceRunner` wraps the in-memory reference executor;
-- :class:`SparkRunner` writes each input record list to Parquet, runs the epoch with
-  :class:`~strata.physical.runner.SparkStageRunner` (``direct`` or ``blackbox``) and
-  reads the output increments back.
+``run_dataflow(df, batches, executor)`` pushes batches of source records through a
+dataflow with a fixed schedule; :class:`ReferenceRunner` runs stage epochs with the
+reference executor, :class:`SparkRunner` on Spark in a mode named ``"direct"``,
+``"direct-indexed"`` (direct mode over the indexed state store) or ``"blackbox"``, with
+an optional ``@tasks`` or ``@driver`` (``"direct@driver"``): every epoch as Spark tasks
+or in the driver (``tests.helpers.epochs_in``); without, the session's confs decide.
 """
 
 from __future__ import annotations
 
 import sys
-from collections import deque
-from collections.abc import Iterable, Mapping
-from contextlib import nullcontext, suppress
-from typing import Any, Protocol
+from contextlib import suppress
 
-import pyarrow as pa
-
-from strata.model.dataflow import Dataflow, Flow, Stage
-from strata.model.schema import to_table
-from strata.physical.runner import SparkStageRunner
-from strata.reference import ReferenceExecutor
-from strata.storage import fs
-from strata.storage.increments import Increment, read_records, write_table
+from strata.testing import ReferenceRunner, canon, multiset, normalise, run_dataflow
+from strata.testing import SparkRunner as KitSparkRunner
 from tests.helpers import epochs_in
 
-Record = dict[str, Any]
+__all__ = ["ReferenceRunner", "SparkRunner", "canon", "multiset", "normalise",
+           "register_by_value", "run_dataflow"]
 
 
 def register_by_value(module_name: str) -> None:
@@ -46,171 +34,15 @@ def register_by_value(module_name: str) -> None:
 register_by_value(__name__)
 
 
-class StageExecutor(Protocol):
-    def run(self, stage: Stage, inputs: dict[str, list[Record]]) -> dict[str, list[Record]]: ...
+class SparkRunner(KitSparkRunner):
+    """:class:`strata.testing.SparkRunner` with the mode named as above."""
 
-    def state_records(self, stage: Stage) -> list[Record]: ...
-
-
-# -- the driver ---------------------------------------------------------------------------
-
-
-def run_dataflow(
-    df: Dataflow,
-    batches: Iterable[Mapping[str, list[Record]]],
-    executor: StageExecutor,
-    max_rounds: int = 20,
-) -> dict[str, list[list[Record]]]:
-    """Run ``df`` over ``batches`` and return every output increment per flow, in order.
-
-    For each batch (source flow → records), one increment is queued per source flow
-    with records. Then the stages are visited in ``df.topological_order()``, pass
-    after pass: a stage runs one epoch when at least one of its input flows has a
-    queued increment, consuming one increment from each input that has one; its
-    non-empty output increments are queued for every consumer (itself included, for
-    a loopback flow). A batch is done when a full pass ran no stage, or after
-    ``max_rounds`` passes. Empty output increments are returned too (one per epoch of
-    the producer), so that runs can be compared epoch by epoch.
-    """
-    df.validate()
-    order = df.topological_order()
-    queues: dict[tuple[str, str], deque[list[Record]]] = {
-        (s.name, f): deque() for s in order for f in s.input_names
-    }
-    results: dict[str, list[list[Record]]] = {
-        f.name: [] for f in df.flows.values() if not f.external
-    }
-
-    def offer(flow: str, records: list[Record]) -> None:
-        if not records:
-            return
-        for consumer in df.consumers(flow):
-            queues[(consumer.name, flow)].append(list(records))
-
-    for batch in batches:
-        for flow, records in batch.items():
-            if flow not in df.flows or not df.flows[flow].external:
-                raise ValueError(f"batch names {flow!r}, which is not a source flow")
-            offer(flow, records)
-        for _ in range(max_rounds):
-            ran = False
-            for stage in order:
-                ready = [f for f in stage.input_names if queues[(stage.name, f)]]
-                if not ready:
-                    continue
-                inputs = {f: queues[(stage.name, f)].popleft() for f in ready}
-                outputs = executor.run(stage, inputs)
-                ran = True
-                for flow in stage.output_names:
-                    recs = list(outputs.get(flow, []))
-                    results[flow].append(recs)
-                    offer(flow, recs)
-            if not ran:
-                break
-    return results
-
-
-# -- executors ------------------------------------------------------------------------------
-
-
-class ReferenceRunner:
-    """The reference executor behind the driver's executor interface."""
-
-    name = "reference"
-
-    def __init__(self) -> None:
-        self.ref = ReferenceExecutor()
-
-    def run(self, stage: Stage, inputs: dict[str, list[Record]]) -> dict[str, list[Record]]:
-        return self.ref.run(stage, {f: list(r) for f, r in inputs.items()})
-
-    def state_records(self, stage: Stage) -> list[Record]:
-        return list(self.ref.state_records(stage))
-
-
-def flow_schema(stage: Stage, flow: str) -> pa.Schema:
-    """The declared schema of input ``flow`` of ``stage``."""
-    f = stage.input(flow).flow
-    if isinstance(f, Flow):
-        return f.schema
-    for out in stage.outputs:  # an input given by name: find it through the dataflow
-        if out.dataflow is not None and flow in out.dataflow.flows:
-            return out.dataflow.flows[flow].schema
-    raise LookupError(f"cannot find the schema of flow {flow!r} of stage {stage.name!r}")
-
-
-class SparkRunner:
-    """Runs stage epochs with :class:`SparkStageRunner` in ``mode`` under ``home``
-    (``"direct-indexed"``: direct mode over the indexed state store). A mode ending
-    ``@tasks`` or ``@driver`` (``"direct@driver"``) runs every epoch as Spark tasks or
-    in the driver (``tests.helpers.epochs_in``); without, the session's confs decide.
-
-    Each input record list is written as ``files_per_input`` Parquet files (records
-    dealt round-robin, so an increment may span several files).
-    """
-
-    def __init__(
-        self,
-        spark,
-        home: str,
-        mode: str,
-        num_partitions: int = 2,
-        files_per_input: int = 1,
-    ) -> None:
-        self.name = mode
-        self.home = home
-        self.spark = spark
+    def __init__(self, spark, home: str, mode: str, num_partitions: int = 2,
+                 files_per_input: int = 1) -> None:
+        name = mode
         mode, _, where = mode.partition("@")
-        self.where = where or None
         mode, _, store = mode.partition("-")
-        self.runner = SparkStageRunner(home, spark, mode=mode, num_partitions=num_partitions,
-                                       store=store or "columns")
-        self.files_per_input = files_per_input
-        self._seq = 0
-
-    def write_increment(self, stage: Stage, flow: str, records: list[Record]) -> Increment:
-        schema = flow_schema(stage, flow)
-        parts = [records[i :: self.files_per_input] for i in range(self.files_per_input)]
-        files, size = [], 0
-        for part in parts:
-            if not part and files:
-                continue
-            table = to_table(part, schema)
-            if isinstance(table, tuple):
-                raise ValueError(f"record does not fit {flow!r}: {table}")
-            self._seq += 1
-            uri = fs.join(self.home, "in", stage.name, flow, f"{self._seq:06d}.parquet")
-            size += write_table(uri, table)
-            files.append(uri)
-        return Increment(tuple(files), len(records), size)
-
-    def run(self, stage: Stage, inputs: dict[str, list[Record]]) -> dict[str, list[Record]]:
-        incs = {
-            f: self.write_increment(stage, f, recs) for f, recs in inputs.items() if recs
-        }
-        with epochs_in(self.spark, self.where) if self.where else nullcontext():
-            result = self.runner.run_epoch(stage, incs)
-        return {f: read_records(inc.files) for f, inc in result.outputs.items()}
-
-    def state_records(self, stage: Stage) -> list[Record]:
-        # in either mode and with either direct-mode store, with the records bound for
-        # another partition (pending files), part of the state until the next epoch
-        return self.runner.state_records(stage)
-
-
-# -- comparing ------------------------------------------------------------------------------
-
-
-def canon(record: Record) -> str:
-    """A canonical text of a record (column order and dict identity do not matter)."""
-    return repr(sorted(record.items()))
-
-
-def multiset(records: Iterable[Record]) -> list[str]:
-    """Records as a sorted list of canonical texts: equal iff equal as multisets."""
-    return sorted(canon(r) for r in records)
-
-
-def normalise(results: Mapping[str, list[list[Record]]]) -> dict[str, list[list[str]]]:
-    """Driver results with each increment as a multiset."""
-    return {f: [multiset(inc) for inc in incs] for f, incs in results.items()}
+        super().__init__(spark, home, mode, num_partitions, files_per_input,
+                         store=store or "columns",
+                         around_epoch=(lambda: epochs_in(spark, where)) if where else None)
+        self.name = name

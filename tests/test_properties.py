@@ -1,8 +1,8 @@
 """Property tests: the Spark runner (``direct`` over each state store, and ``blackbox``)
 against the reference.
 
-Random stages and data are run through :func:`dataflow_driver.run_dataflow` by the
-reference executor and by :class:`~strata.physical.runner.SparkStageRunner` in every
+Random stages and data are run by ``strata.testing``'s driver (docs/testing.md) with the
+reference executor and with :class:`~strata.physical.runner.SparkStageRunner` in every
 mode; the output increments (per flow, per epoch) and the final state of every
 stage must be equal as multisets (the order of records in an increment is not
 defined). Translators come from a small parameterised family (:class:`Translator`)
@@ -29,10 +29,10 @@ from strata.model import routing
 from strata.model.dataflow import Dataflow, Input, State
 from strata.model.keys import encode_key, partition_of
 from strata.model.routing import ALL, NONE, All, Multicast
+from strata.testing import Result, assert_results_equal, run_reference, run_with
 from tests.dataflow_driver import (
     ReferenceRunner,
     SparkRunner,
-    multiset,
     normalise,
     register_by_value,
     run_dataflow,
@@ -431,29 +431,20 @@ def chain_cases(draw):
 # -- running and comparing --------------------------------------------------------------------
 
 
-def run_all(spark, df: Dataflow, batches, *, num_partitions: int = 3, files_per_input: int = 1):
-    """{executor name: (normalised outputs, {stage: state multiset})}, reference first."""
-    stateful = [s for s in df.stages.values() if s.state is not None]
-    ref = ReferenceRunner()
-    results = {"reference": (normalise(run_dataflow(df, batches, ref)),
-                             {s.name: multiset(ref.state_records(s)) for s in stateful})}
+def run_all(spark, df: Dataflow, batches, *, num_partitions: int = 3,
+            files_per_input: int = 1) -> dict[str, Result]:
+    """{executor name: its result}, reference first (strata.testing)."""
+    results = {"reference": run_reference(df, batches)}
     for mode in MODES:
         with fresh_home() as home:
             ex = SparkRunner(spark, home, mode, num_partitions, files_per_input)
-            out = normalise(run_dataflow(df, batches, ex))
-            results[mode] = (out, {s.name: multiset(ex.state_records(s)) for s in stateful})
+            results[mode] = run_with(df, batches, ex, name=mode)
     return results
 
 
-def assert_same(results) -> None:
-    ref_out, ref_state = results["reference"]
+def assert_same(results: dict[str, Result]) -> None:
     for mode in MODES:
-        out, state = results[mode]
-        for flow in ref_out:
-            assert out[flow] == ref_out[flow], f"{mode}: flow {flow!r} differs from reference"
-        assert out.keys() == ref_out.keys()
-        for stage in ref_state:
-            assert state[stage] == ref_state[stage], f"{mode}: state of {stage!r} differs"
+        assert_results_equal(results["reference"], results[mode])
 
 
 def check_case(spark, case, num_partitions: int, files_per_input: int = 1) -> None:
@@ -505,15 +496,11 @@ def recs(cols: str, *rows) -> list[dict]:
 def check_expected(spark, df, batches, outputs: dict, state: dict | None = None,
                    num_partitions: int = 3, files_per_input: int = 1):
     """Every executor gives exactly ``outputs`` ({flow: [increment records]}) and ``state``."""
-    results = run_all(spark, df, batches, num_partitions=num_partitions,
-                      files_per_input=files_per_input)
-    want_out = normalise(outputs)
-    want_state = {s: multiset(r) for s, r in (state or {}).items()}
-    for name, (out, st_) in results.items():
-        for flow, incs in want_out.items():
-            assert out[flow] == incs, f"{name}: flow {flow!r}"
-        for stage, records in want_state.items():
-            assert st_[stage] == records, f"{name}: state of {stage!r}"
+    want = Result(outputs, state or {}, "expected")
+    for name, res in run_all(spark, df, batches, num_partitions=num_partitions,
+                             files_per_input=files_per_input).items():
+        assert_results_equal(want, Result({f: res.outputs[f] for f in want.outputs},
+                                          {s: res.state[s] for s in want.state}, name))
 
 
 @pytest.mark.parametrize("grouping", ["outer", "inner"])
