@@ -6,7 +6,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib.resources import files
 
 from pyspark.sql import SparkSession
@@ -18,6 +19,12 @@ from strata.model.errors import StrataError
 # depends on where an epoch ran: docs/architecture.md, "The life of one epoch".
 TIME_ZONE = "spark.sql.session.timeZone"
 DEFAULT_MASTER = "local[*]"
+# Session confs an epoch's Spark work runs with, whatever the session it runs in says (a
+# user's notebook or job session has Spark's defaults): adaptive execution off, since a
+# shuffle's output partition i must be read by task i (coalescing, skew-join splitting
+# and local shuffle readers are all adaptive execution), and time in UTC.
+# docs/architecture.md, "The life of one epoch".
+JOB_CONFS = {"spark.sql.adaptive.enabled": "false", TIME_ZONE: "UTC"}
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -119,6 +126,29 @@ def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
                           "\n  start one with $SPARK_HOME/sbin/start-connect-server.sh, or "
                           "run classic Spark with --master") from None
     return spark
+
+
+@contextmanager
+def job_confs(spark: SparkSession, confs: Mapping[str, str] = JOB_CONFS) -> Iterator[None]:
+    """Run the block with session confs ``confs`` (default :data:`JOB_CONFS`), then leave
+    each conf it changed as it was: set to its previous value if the session had set it,
+    else unset (back to Spark's default)."""
+    changed = {k: v for k, v in confs.items() if spark.conf.get(k, None) != v}
+    if not changed:
+        yield
+        return
+    explicit = spark.conf.getAll
+    before = {k: explicit.get(k) for k in changed}
+    try:
+        for k, v in changed.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, previous in before.items():
+            if previous is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, previous)
 
 
 def set_runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> None:
