@@ -131,24 +131,28 @@ def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
 @contextmanager
 def job_confs(spark: SparkSession, confs: Mapping[str, str] = JOB_CONFS) -> Iterator[None]:
     """Run the block with session confs ``confs`` (default :data:`JOB_CONFS`), then leave
-    each conf it changed as it was: set to its previous value if the session had set it,
-    else unset (back to Spark's default)."""
+    each conf it changed as the session had it (:func:`set_confs`)."""
     changed = {k: v for k, v in confs.items() if spark.conf.get(k, None) != v}
-    if not changed:
-        yield
-        return
-    explicit = spark.conf.getAll
-    before = {k: explicit.get(k) for k in changed}
+    previous = set_confs(spark, changed) if changed else {}
     try:
-        for k, v in changed.items():
-            spark.conf.set(k, v)
         yield
     finally:
-        for k, previous in before.items():
-            if previous is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, previous)
+        if previous:
+            set_confs(spark, previous)
+
+
+def set_confs(spark: SparkSession, confs: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set session confs (``None``: unset, back to Spark's default); what each was before
+    (``None``: the session had not set it), so that ``set_confs(spark, previous)`` leaves
+    the session exactly as it was."""
+    explicit = spark.conf.getAll
+    previous = {k: explicit.get(k) for k in confs}
+    for k, v in confs.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)
+    return previous
 
 
 def set_runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> None:
