@@ -29,7 +29,7 @@ from strata.physical.program import (
     commit,
     read_state,
 )
-from strata.physical.session import TIME_ZONE, default_parallelism, get_spark, is_connect
+from strata.physical.session import default_parallelism, get_spark, is_connect, job_confs
 from strata.physical.spark_io import io_since, newest_job
 from strata.physical.translate import MODES, TranslateProgram
 from strata.storage.direct_columns import STORES
@@ -186,11 +186,9 @@ class SparkStageRunner:
             sc.setJobDescription(f"strata {stage.name} epoch {epoch} ({program.kind})")
         crash_later("during-job", 0.5)
         first = None if connect or not program.records_spark_io else newest_job(self.spark)
-        zone = self.spark.conf.get(TIME_ZONE) or "UTC"
-        if zone != "UTC":
-            self.spark.conf.set(TIME_ZONE, "UTC")
         try:
-            outcome = program.run(ctx)
+            with job_confs(self.spark):  # whatever the user's session says
+                outcome = program.run(ctx)
         except StrataError:
             program.discard(ctx)
             raise
@@ -199,8 +197,6 @@ class SparkStageRunner:
             raise EpochError("Spark could not run the epoch", stage=stage.name, epoch=epoch,
                              cause=spark_failure(e)) from e
         finally:
-            if zone != "UTC":
-                self.spark.conf.set(TIME_ZONE, zone)
             if connect:
                 self.spark.removeTag(tag)
             else:

@@ -6,7 +6,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib.resources import files
 
 from pyspark.sql import SparkSession
@@ -18,6 +19,12 @@ from strata.model.errors import StrataError
 # session or the machine says, so an answer (and the state it is built from) never
 # depends on where an epoch ran: docs/architecture.md, "The life of one epoch".
 TIME_ZONE = "spark.sql.session.timeZone"
+# Session confs an epoch's Spark work runs with, whatever the session it runs in says (a
+# user's notebook or job session has Spark's defaults): adaptive execution off, since a
+# shuffle's output partition i must be read by task i (coalescing, skew-join splitting
+# and local shuffle readers are all adaptive execution), and time in UTC.
+# docs/architecture.md, "The life of one epoch".
+JOB_CONFS = {"spark.sql.adaptive.enabled": "false", TIME_ZONE: "UTC"}
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -131,6 +138,33 @@ def _connect(remote: str, app_name: str, conf: dict[str, str]) -> SparkSession:
                           "\n  start one with $SPARK_HOME/sbin/start-connect-server.sh, or "
                           "run classic Spark with --master") from None
     return spark
+
+
+@contextmanager
+def job_confs(spark: SparkSession, confs: Mapping[str, str] = JOB_CONFS) -> Iterator[None]:
+    """Run the block with session confs ``confs`` (default :data:`JOB_CONFS`), then leave
+    each conf it changed as the session had it (:func:`set_confs`)."""
+    changed = {k: v for k, v in confs.items() if spark.conf.get(k, None) != v}
+    previous = set_confs(spark, changed) if changed else {}
+    try:
+        yield
+    finally:
+        if previous:
+            set_confs(spark, previous)
+
+
+def set_confs(spark: SparkSession, confs: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set session confs (``None``: unset, back to Spark's default); what each was before
+    (``None``: the session had not set it), so that ``set_confs(spark, previous)`` leaves
+    the session exactly as it was."""
+    explicit = spark.conf.getAll
+    previous = {k: explicit.get(k) for k in confs}
+    for k, v in confs.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)
+    return previous
 
 
 def set_runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> None:

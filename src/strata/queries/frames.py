@@ -9,7 +9,7 @@ less fixed work per write (:func:`write_parquet`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from pyspark import inheritable_thread_target
@@ -155,11 +155,3 @@ def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) ->
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(path)
-
-
-def set_confs(spark: SparkSession, confs: Mapping[str, str]) -> dict[str, str]:
-    """Set session confs; their previous values (for setting them back)."""
-    previous = {k: spark.conf.get(k) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
-    return previous

@@ -21,12 +21,13 @@ from pyspark.sql import DataFrame
 from strata import config
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.session import set_confs
 from strata.physical.small_epochs import conf_of, driver_epoch_rows
 from strata.queries import arrow_step, driver_rows
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, set_confs, spark_type, write_parquet
+from strata.queries.frames import run_all, spark_type, write_parquet
 from strata.queries.incremental import IncrementalQuery
 from strata.queries.tables import QueryTables
 from strata.storage import fs

@@ -44,6 +44,7 @@ from strata.model.vectorized import VectorResult, VectorShape
 from strata.physical import spark_hash
 from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
+from strata.physical.session import set_confs
 from strata.physical.vectorized import VectorizedProgram, VectorState
 from strata.queries import arrow_expr, arrow_step
 from strata.queries.algebra import GroupBy
@@ -52,7 +53,6 @@ from strata.queries.arrow_lift import aggregate, outside, split_lift
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import row_exprs
 from strata.queries.expressions import MULT, parse, to_sql, type_of
-from strata.queries.frames import set_confs
 from strata.queries.incremental import IncrementalQuery
 from strata.queries.program import ordered
 from strata.storage.home import StageLayout

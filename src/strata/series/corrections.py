@@ -38,8 +38,9 @@ from pyspark.sql import functions as F
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome
+from strata.physical.session import set_confs
 from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, set_confs, write_parquet
+from strata.queries.frames import run_all, write_parquet
 from strata.queries.tables import QueryTables
 from strata.series.answers import stored_answer
 from strata.series.cost import folded

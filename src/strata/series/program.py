@@ -33,10 +33,11 @@ from strata import config
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
+from strata.physical.session import set_confs
 from strata.physical.small_epochs import conf_of
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
-from strata.queries.frames import ddl_of, run_all, set_confs
+from strata.queries.frames import ddl_of, run_all
 from strata.queries.sql import parse_sql, tables_read
 from strata.queries.tables import QueryTables, write_bucketed
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow

@@ -35,8 +35,9 @@ from strata.model.errors import EpochError, StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
+from strata.physical.session import set_confs
 from strata.queries.evaluator import answer, lift, row_exprs
-from strata.queries.frames import set_confs, spark_type
+from strata.queries.frames import spark_type
 from strata.queries.program import output_ddl
 from strata.storage import fs
 from strata.storage.home import StageLayout
