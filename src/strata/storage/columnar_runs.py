@@ -21,7 +21,6 @@ on other machines since, whichever of this machine's Python workers Spark gives 
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
