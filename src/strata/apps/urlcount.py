@@ -63,7 +63,8 @@ def count_urls_vectorized(state: pd.DataFrame | None, inputs: Mapping[str, pd.Da
         return VectorResult({"counts": changed}, changed)
     # outer grouping: the URLs not seen this epoch keep their counts (pyarrow's hash set:
     # pandas' isin over Arrow strings loops in Python)
-    unseen = ~pc.is_in(pa.array(state["url"]), value_set=pa.array(changed["url"])).to_numpy(
+    unseen = ~pc.is_in(pa.array(state["url"], pa.string()),
+                      value_set=pa.array(changed["url"], pa.string())).to_numpy(
         zero_copy_only=False)
     kept = state.loc[unseen, ["url", "count"]]
     return VectorResult({"counts": changed}, pd.concat([kept, changed], ignore_index=True))
