@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-fast test-slow lint bench clean
 
 $(STAMP): pyproject.toml
 	@scripts/setup_system.sh
@@ -23,6 +23,14 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -q
+
+# the tests that start no Spark (tests/conftest.py marks the others `spark`): seconds
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -m "not spark and not slow"
+
+# what `make test` leaves out: the full kill -9 loops
+test-slow: setup
+	$(VENV)/bin/python -m pytest -q -m slow
 
 lint: setup
 	$(VENV)/bin/ruff check .
