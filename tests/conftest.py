@@ -67,10 +67,11 @@ def _jvm_children() -> list[str]:
         except (OSError, IndexError):
             continue
         if fields[1] == me and "java" in cmd:
-            found.append(cmd[:200])
+            found.append(cmd.split(" ", 1)[0])
     return found
 
 
+@pytest.hookimpl(trylast=True)  # after the test's own teardown
 def pytest_runtest_teardown(item, nextitem):
     if item.config.stash.get(_NO_SPARK, False) and (jvms := _jvm_children()):
         item.config.stash[_NO_SPARK] = False  # report the first such test only
