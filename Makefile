@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum |
 OLDEST := .venv-oldest
 OLDEST_STAMP := $(OLDEST)/.installed-$(shell cat pyproject.toml constraints-oldest.txt | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-oldest lint bench clean
+.PHONY: setup demo test test-fast test-slow test-oldest lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@scripts/setup_system.sh
@@ -31,7 +31,7 @@ $(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
 	@scripts/setup_system.sh
 	$(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/pip install -q --upgrade pip
-	$(OLDEST)/bin/pip install -q -c constraints-oldest.txt -e . pytest hypothesis duckdb networkx scipy pyyaml
+	$(OLDEST)/bin/pip install -q -c constraints-oldest.txt -e . pytest pytest-timeout hypothesis duckdb networkx scipy pyyaml
 	@rm -f $(OLDEST)/.installed-*
 	@touch $(OLDEST_STAMP)
 
@@ -44,6 +44,14 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -q
+
+# the tests that start no Spark (tests/conftest.py marks the others `spark`): seconds
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -m "not spark and not slow"
+
+# what `make test` leaves out: the full kill -9 loops
+test-slow: setup
+	$(VENV)/bin/python -m pytest -q -m slow
 
 lint: setup
 	$(VENV)/bin/ruff check .

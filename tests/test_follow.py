@@ -19,6 +19,9 @@ from strata.controller.ingest import ingest
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 
+# the followers run `strata run --follow` on Spark in subprocesses
+pytestmark = pytest.mark.spark
+
 PIPELINE = Path(__file__).parent / "pipelines" / "urlcount_pipeline.py"
 SAMPLE = Path(strata.__file__).parent / "data" / "sample" / "urls"
 DAYS = sorted(SAMPLE.glob("day-*.jsonl"))

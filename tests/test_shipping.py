@@ -10,6 +10,8 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from strata.physical.shipping import source_root, zip_root
 
 HERE = Path(__file__).parent
@@ -26,6 +28,7 @@ def strata(*args: object, cwd: str = "/") -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.spark  # runs strata on Spark in a subprocess
 def test_a_multi_module_pipeline_runs_from_another_directory(tmp_path):
     home, data = tmp_path / "home", tmp_path / "words.jsonl"
     data.write_text("".join(json.dumps({"word": w}) + "\n" for w in WORDS))
@@ -40,6 +43,7 @@ def test_a_multi_module_pipeline_runs_from_another_directory(tmp_path):
     assert counts == Counter(w.strip().lower() for w in WORDS)
 
 
+@pytest.mark.spark  # runs strata on Spark in a subprocess
 def test_py_files_ships_code_from_elsewhere(tmp_path):
     lib, pipe = tmp_path / "lib", tmp_path / "pipe"
     lib.mkdir(), pipe.mkdir()

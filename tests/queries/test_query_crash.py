@@ -36,6 +36,9 @@ from tests.queries.oracle import duckdb_answer, net_changes, normalized
 from tests.recovery import query_pipeline
 from tests.recovery.harness import QUICK_JVM, ingest_all, run_worker
 
+# the crash chains run strata in subprocesses; the fixture takes `spark` dynamically
+pytestmark = pytest.mark.spark
+
 PIPELINE = "tests.recovery.query_pipeline"
 
 # Query epochs in order: avg_by_x 1, revenue 1, avg_by_x 2, revenue 2 (query_pipeline).
