@@ -92,6 +92,7 @@ def test_differences_in_state_and_epoch_counts_are_named():
         assert_results_equal(a, d)
 
 
+@pytest.mark.spark  # run_spark starts a session before it refuses the home
 def test_bad_input_gets_a_clear_error(tmp_path):
     df = urlcount_dataflow("inner")
     with pytest.raises(StrataError, match=r"increment 2 names flow 'pages', which is not one "

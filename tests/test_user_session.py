@@ -13,13 +13,12 @@ import pytest
 
 from strata import Dataflow, Input, State
 from strata.apps.urlcount import COUNTS_SCHEMA, count_urls, count_urls_vectorized
+from strata.config import DRIVER_EPOCH_ROWS, HELD_SEGMENT_ROWS
 from strata.controller import Controller
 from strata.model.vectorized import VectorResult
-from strata.physical.small_epochs import DRIVER_ROWS
 from strata.physical.vectorized import vectorized_stage
 from strata.queries import add_query
 from strata.series import Series, add_series
-from strata.series.held import HELD_ROWS
 from strata.windows import Eviction, add_window, from_sql
 from tests.helpers import session_confs
 from tests.windows.weblog import DDL, check_epoch, write
@@ -35,8 +34,8 @@ USER_SESSION = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.files.maxPartitionBytes": "4k",
     # the driver's paths off: every epoch runs as Spark jobs (any large increment does)
-    DRIVER_ROWS: "-1",
-    HELD_ROWS: "-1",
+    DRIVER_EPOCH_ROWS.name: "-1",
+    HELD_SEGMENT_ROWS.name: "-1",
 }
 COUNT_SQL = "SELECT url, count(*) AS n FROM log GROUP BY url"
 WINDOW_SQL = ("SELECT url, count(*) AS n, sum(bytes) AS total FROM log WHERE bytes > 5 "
