@@ -38,13 +38,15 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
     df = Dataflow("weblog")
     df.source("log", DDL)
     add_window(df, query)
-    width = df.stages[query.name].program.plan.width
+    plan = df.stages[query.name].program.plan
+    width = plan.width
     checked, metrics = 0, []
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for e, batch in enumerate(raw, 1):
             c.ingest("log", [write(tmp_path, batch)])
             metrics += [r.metrics for r in c.run()]
-            checked += check_epoch(c, query.name, e, raw, width, sql, shed, source)
+            checked += check_epoch(c, query.name, e, raw, width, sql, shed, source,
+                                   plan.disorder, query.sources)
         yield c, checked, metrics
 
 
@@ -75,7 +77,9 @@ def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
     late = raw[1][:3]  # h0's first records of epoch 2 arrive two epochs late
     raw[1] = raw[1][3:]
     raw[3] = raw[3] + late
-    query = from_sql("w", _window_sql(4, 2), eviction=Eviction(deadline=0, lateness=20))
+    # two epochs (12) late is within the allowed disorder: the cells were not complete
+    query = from_sql("w", _window_sql(4, 2), eviction=Eviction(deadline=0, lateness=20),
+                     disorder=12)
     with _run(spark, tmp_path, query, raw) as (c, checked, metrics):
         assert checked >= 5
         refined = [r for e, _ in c.stored_increments("w_windows")
@@ -285,7 +289,7 @@ def test_deletes_retract_records_from_their_panes(spark, tmp_path):
     df.source("log", "ts bigint, host string, url string, bytes bigint, _mult bigint")
     add_window(df, from_sql("w", sql.replace("GROUP BY url",
                                              "GROUP BY url, WINDOW(ts, 6, 3, host)"),
-                            eviction=Eviction(deadline=0, lateness=20)))
+                            eviction=Eviction(deadline=0, lateness=20), disorder=12))
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for i, batch in enumerate((first, second)):
             path = tmp_path / f"{i}.parquet"
