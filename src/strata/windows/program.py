@@ -257,13 +257,13 @@ class WindowProgram(StageProgram):
         """Cells not aggregated: too late (their windows are final) or already complete
         (beyond the allowed disorder), and shed."""
         plan, epoch = self.plan, ctx.epoch
-        late = {c for c in stats if ws.floor is not None and c[1] < ws.floor}
-        ws.late_dropped += sum(stats[c][0] for c in late)
-        closed = closed_cells([c for c in stats if c not in late], ws.progress,
-                              plan.query.sources, plan.width, plan.disorder, ws.sealed)
-        if closed:
+        closed = closed_cells(stats, ws.progress, plan.query.sources, plan.width,
+                              plan.disorder, ws.sealed)
+        if closed:  # refused whatever the lateness: the cells were final
             self._refuse(ctx, ws, {c: stats[c] for c in closed})
-            late |= closed
+        late = {c for c in stats if ws.floor is not None and c[1] < ws.floor} - closed
+        ws.late_dropped += sum(stats[c][0] for c in late)
+        late |= closed
         shedding = plan.query.shedding
         shed: set[CellKey] = set()
         if shedding is not None:
@@ -283,8 +283,8 @@ class WindowProgram(StageProgram):
         for s in sorted({c[0] for c in cells}):
             panes = sorted(p for src, p in cells if src == s)
             had = ws.progress.get(s)
-            why = (f"its progress ({had}) had passed their panes' end by more than the "
-                   f"allowed disorder ({plan.disorder})" if had is not None else
+            why = (f"its progress ({had}) had passed their panes' end by the allowed "
+                   f"disorder ({plan.disorder}) or more" if had is not None else
                    "it was first heard from after results were published complete "
                    "without it (name it with --source / sources= to have them wait)")
             log.warning(
