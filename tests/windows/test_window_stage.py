@@ -226,7 +226,9 @@ def test_several_windows_share_one_pane_store(spark, tmp_path):
     sql = SQL.replace(" max(bytes) AS biggest,", "")
     windowed = sql.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host), "
                            "WINDOW(ts, 6, 3, host), WINDOW(ts, 12, 12, host)")
-    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=12))
+    # the stragglers (a span late) within the allowed disorder: none is refused
+    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=12),
+                     disorder=12, sources=("h0", "h1", "h2"))
     plan = WindowPlan(query, {"ts": "bigint", "host": "string", "url": "string",
                               "bytes": "bigint", "user": "string"})
     assert plan.width == 1 and [s.per_window for s in plan.specs] == [6, 6, 12]
