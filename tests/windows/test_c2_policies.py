@@ -126,3 +126,25 @@ def test_scoreboards_net_a_scoreboard_flow_into_each_windows_live_c2():
     assert boards[(0, 4)].cells[("b", 0)].status is Status.DATA
     assert boards[(0, 4)].records == 5 and boards[(0, 4)].fraction == 1.0
     assert boards[(2, 6)].fraction == 0.0
+
+
+def test_a_cell_is_complete_only_past_the_allowed_disorder_and_then_closed():
+    from strata.windows.policies import closed_cells
+
+    # pane 1 ends at 20: with disorder 15, complete once the source has sent time 35
+    for disorder, progress, status in ((0, 20, Status.DATA), (15, 34, Status.OPEN),
+                                       (15, 35, Status.DATA)):
+        b = scoreboard(PANES.window_id(0), PANES.width, ["a"], {("a", 1): 2},
+                       {"a": progress}, {}, (), disorder)
+        assert b.cells[("a", 1)].status is status, (disorder, progress)
+        assert b.cells[("a", 3)].status is Status.PENDING
+    progress = {"a": 35}
+    assert closed_cells([("a", 0), ("a", 1), ("a", 2)], progress, (), 10, 15, None) == {
+        ("a", 0), ("a", 1)}  # pane 2 (ends 30) is still within the allowance
+    assert closed_cells([("a", 0)], progress, (), 10, 0, None) == {("a", 0)}
+    # a source never heard from: closed only before a result published complete without
+    # it, and never when the query names it (every scoreboard listed it as pending)
+    new = [("z", 3), ("z", 4)]
+    assert closed_cells(new, progress, (), 10, 0, None) == set()
+    assert closed_cells(new, progress, (), 10, 0, 4) == {("z", 3)}
+    assert closed_cells(new, progress, ("z",), 10, 0, 4) == set()

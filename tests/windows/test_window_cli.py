@@ -24,8 +24,10 @@ def test_windows_from_the_cli(spark, tmp_path):
     assert info["registered"] and info["windows"][0]["panes"] == 2
     assert not info["invertible"]  # max(bytes): Two-Stacks
     out = ok("window", "add", "late", WINDOWED, "--home", home, "--deadline", "0",
-             "--fidelity", "spatial=0.5", "--failure-timeout", "12", "--lateness", "6").stdout
+             "--fidelity", "spatial=0.5", "--failure-timeout", "12", "--lateness", "6",
+             "--disorder", "3").stdout
     assert "latency 0, fidelity spatial ≥ 0.5, failure after 12" in out
+    assert "allowed disorder 3" in out
     bad = invoke("window", "add", "odd", WINDOWED, "--home", home, "--fidelity", "most")
     assert bad.exit_code == 1 and "KIND=SHARE" in bad.output
     taken = invoke("window", "add", "top", WINDOWED, "--home", home)
@@ -42,7 +44,8 @@ def test_windows_from_the_cli(spark, tmp_path):
     df = Dataflow("weblog")
     df.source("log", DDL)
     with Controller(str(home), df, spark=spark) as c:  # equal DuckDB over their C2 cells
-        assert check_epoch(c, "late", c.catalog.stage_row("late").epochs, raw, 3) > 0
+        assert check_epoch(c, "late", c.catalog.stage_row("late").epochs, raw, 3,
+                           disorder=3) > 0
 
     shown = ok("show", "late_windows", "--all", "--home", home, "--format", "jsonl").stdout
     rows = [json.loads(line) for line in shown.splitlines()]

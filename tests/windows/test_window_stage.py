@@ -38,13 +38,15 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
     df = Dataflow("weblog")
     df.source("log", DDL)
     add_window(df, query)
-    width = df.stages[query.name].program.plan.width
+    plan = df.stages[query.name].program.plan
+    width = plan.width
     checked, metrics = 0, []
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for e, batch in enumerate(raw, 1):
             c.ingest("log", [write(tmp_path, batch)])
             metrics += [r.metrics for r in c.run()]
-            checked += check_epoch(c, query.name, e, raw, width, sql, shed, source)
+            checked += check_epoch(c, query.name, e, raw, width, sql, shed, source,
+                                   plan.disorder, query.sources)
         yield c, checked, metrics
 
 
@@ -75,7 +77,9 @@ def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
     late = raw[1][:3]  # h0's first records of epoch 2 arrive two epochs late
     raw[1] = raw[1][3:]
     raw[3] = raw[3] + late
-    query = from_sql("w", _window_sql(4, 2), eviction=Eviction(deadline=0, lateness=20))
+    # two epochs (12) late is within the allowed disorder: the cells were not complete
+    query = from_sql("w", _window_sql(4, 2), eviction=Eviction(deadline=0, lateness=20),
+                     disorder=12)
     with _run(spark, tmp_path, query, raw) as (c, checked, metrics):
         assert checked >= 5
         refined = [r for e, _ in c.stored_increments("w_windows")
@@ -222,7 +226,9 @@ def test_several_windows_share_one_pane_store(spark, tmp_path):
     sql = SQL.replace(" max(bytes) AS biggest,", "")
     windowed = sql.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host), "
                            "WINDOW(ts, 6, 3, host), WINDOW(ts, 12, 12, host)")
-    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=12))
+    # the stragglers (a span late) within the allowed disorder: none is refused
+    query = from_sql("w", windowed, eviction=Eviction(deadline=0, lateness=12),
+                     disorder=12, sources=("h0", "h1", "h2"))
     plan = WindowPlan(query, {"ts": "bigint", "host": "string", "url": "string",
                               "bytes": "bigint", "user": "string"})
     assert plan.width == 1 and [s.per_window for s in plan.specs] == [6, 6, 12]
@@ -285,7 +291,7 @@ def test_deletes_retract_records_from_their_panes(spark, tmp_path):
     df.source("log", "ts bigint, host string, url string, bytes bigint, _mult bigint")
     add_window(df, from_sql("w", sql.replace("GROUP BY url",
                                              "GROUP BY url, WINDOW(ts, 6, 3, host)"),
-                            eviction=Eviction(deadline=0, lateness=20)))
+                            eviction=Eviction(deadline=0, lateness=20), disorder=12))
     with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for i, batch in enumerate((first, second)):
             path = tmp_path / f"{i}.parquet"

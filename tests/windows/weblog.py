@@ -1,7 +1,8 @@
 """A web log from several servers for window tests: records (ts, host, url, bytes,
 user) with integer event times, increments in which servers lag, skip or stop, and the
 oracle: every window result equals DuckDB's aggregate over exactly the raw records of
-the cells its C2 scoreboard says it includes."""
+the cells its C2 scoreboard says it includes, less the records the stage refuses
+because their cells were complete already (``docs/windows.md``, "C2")."""
 
 from __future__ import annotations
 
@@ -76,10 +77,54 @@ def last_change(c, flow: str, upto: int) -> dict[tuple, int]:
     return out
 
 
+COMPLETE = ("data", "empty")
+
+
+def sealed_before(c, name: str, upto: int, width: int) -> dict[int, int | None]:
+    """Per epoch *e* ≤ ``upto``: the end pane of the latest result published complete
+    (every cell data or empty) in epochs before *e*."""
+    live: dict[tuple, Counter] = {}
+    epochs = dict(c.stored_increments(f"{name}_c2"))
+    out, sealed = {}, None
+    for e in range(1, upto + 1):
+        out[e] = sealed
+        if e not in epochs:
+            continue
+        for r in c.read_flow(f"{name}_c2", e).to_pylist():
+            m = r.pop("_mult")
+            live.setdefault((r["window_start"], r["window_end"]), Counter())[
+                tuple(sorted(r.items()))] += m
+        for (_, end), cells in live.items():
+            rows = [dict(k) for k, m in cells.items() if m > 0]
+            if rows and all(r["status"] in COMPLETE for r in rows):
+                sealed = end // width if sealed is None else max(sealed, end // width)
+    return out
+
+
+def admitted(frame: pd.DataFrame, sealed: dict[int, int | None], width: int,
+             disorder: int, named: tuple[str, ...] = ()) -> list[bool]:
+    """Whether the stage aggregates each record (``_epoch``, ``_src``, ``ts``): not if
+    its source had sent, in earlier epochs, a time ``disorder`` or more past its pane's
+    end, nor if its source is new (not named, nothing earlier) and its pane is before
+    the end of a result published complete earlier."""
+    latest = frame.groupby(["_epoch", "_src"])["ts"].max().to_dict()  # per epoch, source
+    out = []
+    for e, s, t in zip(frame["_epoch"], frame["_src"], frame["ts"], strict=True):
+        before = [v for (k, src), v in latest.items() if src == s and k < e]
+        pane = t // width
+        if before:
+            out.append(max(before) < (pane + 1) * width + disorder)
+        else:
+            out.append(s in named or sealed.get(e) is None or pane >= sealed[e])
+    return out
+
+
 def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
-                sql: str = SQL, shed: bool = False, source: str | None = "host") -> int:
+                sql: str = SQL, shed: bool = False, source: str | None = "host",
+                disorder: int = 0, named: tuple[str, ...] = ()) -> int:
     """Check every live window result after epoch ``upto``; returns how many. ``source``
-    is the column the query's sources are (None: the flow ``log`` is one source)."""
+    is the column the query's sources are (None: the flow ``log`` is one source);
+    ``disorder`` and ``named`` the query's allowed disorder and named sources."""
     results = net(c, f"{name}_windows", upto)
     boards = net(c, f"{name}_c2", upto)
     changed = last_change(c, f"{name}_c2", upto)
@@ -87,6 +132,8 @@ def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
                           for r in batch])
     frame["pane"] = frame["ts"] // width
     frame["_src"] = frame[source] if source else "log"
+    frame = frame[admitted(frame, sealed_before(c, name, upto, width), width, disorder,
+                           named)]
     checked = 0
     for w, cells in boards.items():
         if not cells:

@@ -65,6 +65,10 @@ def add(
              "without it.")] = None,
     lateness: Annotated[str, typer.Option(
         help="How long after a window's end late cells still refine it.")] = "0",
+    disorder: Annotated[str, typer.Option(
+        help="How far (event time) a source may send out of order: a cell is complete, "
+             "and final, once its source has sent a time this far past the pane's end; "
+             "later records for it are refused and counted (docs/windows.md, C2).")] = "0",
     source: Annotated[list[str] | None, typer.Option(
         "--source", help="A source the query expects (repeatable; others seen count too).")
                       ] = None,
@@ -81,16 +85,17 @@ def add(
     panes once and emits the windows its eviction policy releases."""
     with output.reported():
         program = register_sql(home_path(home, catalog_at), name, sql, deadline=deadline,
-                               fidelity=fidelity, failure_timeout=failure_timeout,
-                               lateness=lateness,
-                               sources=source or [], shed_budget=shed_budget,
+                               fidelity=fidelity,
+                               failure_timeout=failure_timeout, lateness=lateness,
+                               disorder=disorder, sources=source or [], shed_budget=shed_budget,
                                shed_kind=shed_kind, seed=seed, dry_run=dry_run)
         _print(program, json_out, registered=not dry_run)
 
 
 def register_sql(home: Path | str | Home, name: str, sql: str, *, deadline: str | None = None,
                  fidelity: str | None = None, failure_timeout: str | None = None,
-                 lateness: str = "0", sources: list[str] | None = None,
+                 lateness: str = "0", disorder: str = "0",
+                 sources: list[str] | None = None,
                  shed_budget: float | None = None, shed_kind: str = "random", seed: int = 0,
                  dry_run: bool = False):
     """Compile and register a window query from SQL (``strata window add`` and
@@ -114,7 +119,7 @@ def register_sql(home: Path | str | Home, name: str, sql: str, *, deadline: str 
         query = replace(query, eviction=Eviction(
             deadline=units(deadline), fidelity=_fidelity(fidelity),
             failure_timeout=units(failure_timeout), lateness=units(lateness) or 0),
-            sources=tuple(sources or ()),
+            sources=tuple(sources or ()), disorder=units(disorder) or 0,
             shedding=Shedding(shed_budget, shed_kind, seed) if shed_budget else None)
         return registry.register(catalog, query, sql, dry_run=dry_run)
 
@@ -132,6 +137,7 @@ def _print(program, json_out: bool, registered: bool) -> None:
             "windows": [{"range": s.range, "slide": s.slide, "panes": s.per_window,
                          "panes_per_slide": s.per_slide} for s in plan.specs],
             "invertible": plan.algebra.invertible, "eviction": q.eviction.describe(),
+            "disorder": plan.disorder,
             "outputs": [program.result_flow, program.board_flow],
             "columns": plan.result_columns()}
     if json_out:

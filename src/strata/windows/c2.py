@@ -9,8 +9,9 @@ least fraction of panes complete from any source: "X% of the panes from every so
 and the all-or-nothing forms the iMR dissertation names the other way round: the
 fraction of sources complete in every pane (``whole_sources``, its temporal
 completeness) and of panes complete from every source (``whole_panes``, its spatial).
-A source's progress (the latest event time it sent) is its boundary: a pane it has moved
-past without data is *empty*, not *pending* (``docs/windows.md``, "C2").
+A source's progress (the latest event time it sent) less the query's allowed disorder is
+its boundary (a watermark): a pane it has passed is final — *data* or, without data,
+*empty*, not *pending* — and the stage refuses records for it (``docs/windows.md``, "C2").
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ CellKey = tuple[str, int]  # (source, pane)
 
 
 class Status(StrEnum):
-    DATA = "data"  # records included; the source has moved past the pane
+    DATA = "data"  # records included; the source's watermark has passed the pane
     OPEN = "open"  # records included; the source may still send some for the pane
-    EMPTY = "empty"  # the source moved past the pane without data for it
+    EMPTY = "empty"  # the source's watermark passed the pane without data for it
     PENDING = "pending"  # not arrived yet
     SKIPPED = "skipped"  # records shed under load (a boundary pane)
     FAILED = "failed"  # the source was declared failed before finishing the pane
@@ -139,15 +140,18 @@ class Scoreboard:
 
 def scoreboard(window: WindowId, width: int, sources: Iterable[str],
                records: Mapping[CellKey, int], progress: Mapping[str, int],
-               shed: Mapping[CellKey, int], failed: Iterable[str]) -> Scoreboard:
+               shed: Mapping[CellKey, int], failed: Iterable[str], disorder: int = 0
+               ) -> Scoreboard:
     """The C2 of ``window`` from the cells' record counts, each source's progress (the
-    latest event time it sent), the records shed per cell and the failed sources."""
+    latest event time it sent), the records shed per cell and the failed sources. A
+    cell is complete once its source's progress has passed the pane's end by
+    ``disorder`` (the allowed disorder)."""
     failed = set(failed)
     cells: dict[CellKey, Cell] = {}
     for s in sources:
         for p in window_panes(window):
             n, dropped = records.get((s, p), 0), shed.get((s, p), 0)
-            past = progress.get(s, -(2 ** 62)) >= (p + 1) * width
+            past = progress.get(s, -(2 ** 62)) >= (p + 1) * width + disorder
             if dropped:
                 status = Status.SKIPPED
             elif past:

@@ -8,7 +8,7 @@ the stream's time: the latest event time any source has sent.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from strata.model.errors import StrataError
@@ -73,6 +73,25 @@ def failed_sources(progress: Mapping[str, int], sources: list[str], now: int, st
     if timeout is None:
         return set()
     return {s for s in sources if now - progress.get(s, start) > timeout}
+
+
+def closed_cells(cells: Iterable[CellKey], progress: Mapping[str, int],
+                 named: Iterable[str], width: int, disorder: int, sealed: int | None
+                 ) -> set[CellKey]:
+    """The cells of ``cells`` that are final already, whose records the stage refuses:
+    of a source whose progress (before this increment) has passed the pane's end by the
+    allowed ``disorder`` (every scoreboard since has called the cell complete), or of a
+    source neither named nor heard from before, for a pane before ``sealed`` (the end
+    pane of the latest result published complete, whose scoreboard did not list it)."""
+    named = set(named)
+    out = set()
+    for s, p in cells:
+        if s in progress:
+            if progress[s] >= (p + 1) * width + disorder:
+                out.add((s, p))
+        elif s not in named and sealed is not None and p < sealed:
+            out.add((s, p))
+    return out
 
 
 def emit_reason(board: Scoreboard, window_end: int, now: int, policy: Eviction) -> str | None:

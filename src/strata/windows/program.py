@@ -5,9 +5,10 @@ Each epoch (``docs/windows.md``):
 1. one Spark aggregation turns the increment's records into cells (source, pane, group)
    with the monoids' ``h`` (or the MapReduce's ``map`` and ``combine``) — the only pass
    over records — and counts each cell's records and their earliest and latest event
-   times (a source's latest is its progress); records the query's filter excludes, or
-   of panes whose windows are final (too late), are counted but not aggregated; records
-   without a time or source are refused with an :class:`EpochError` naming one;
+   times (a source's latest is its progress); records the query's filter excludes, of
+   panes whose windows are final (too late), or of cells already complete (beyond the
+   allowed disorder) are counted but not aggregated; records without a time or source
+   are refused with an :class:`EpochError` naming one;
 2. a query that sheds load counts the cells first, and when the EWMA estimate says the
    epoch would overrun its budget, cells are shed
    (:func:`~strata.windows.policies.plan_shedding`) before the aggregation;
@@ -20,6 +21,7 @@ Each epoch (``docs/windows.md``):
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -46,7 +48,13 @@ from strata.storage.manifest import StateSnapshot
 from strata.windows.aggregates import PaneTable, mapped_cells
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
 from strata.windows.panes import WindowId, window_panes
-from strata.windows.policies import Ewma, emit_reason, failed_sources, plan_shedding
+from strata.windows.policies import (
+    Ewma,
+    closed_cells,
+    emit_reason,
+    failed_sources,
+    plan_shedding,
+)
 from strata.windows.query import WindowPlan
 from strata.windows.rows import (
     changes,
@@ -60,6 +68,8 @@ from strata.windows.sliding import Counted, slider
 from strata.windows.state import Emitted, WindowState, load, write_cells, write_results
 
 FILES = "windows"  # the program's directory under state/<stage>/
+
+log = logging.getLogger(__name__)
 
 
 class WindowProgram(StageProgram):
@@ -91,7 +101,8 @@ class WindowProgram(StageProgram):
     def describe(self) -> str:
         q, plan = self.plan.query, self.plan
         specs = ", ".join(f"{s.range}/{s.slide} ({s.per_window} panes)" for s in plan.specs)
-        return f"windows {specs} of panes of {plan.width}; {q.eviction.describe()}"
+        return (f"windows {specs} of panes of {plan.width}; {q.eviction.describe()}; "
+                f"allowed disorder {plan.disorder}")
 
     def required_columns(self) -> Mapping[str, Sequence[str]]:
         """Every record needs an event time and (unless the flow is one source) a
@@ -137,6 +148,10 @@ class WindowProgram(StageProgram):
         windows, reasons = self._due(ws)
         rows = self._answers(spark, windows, lift_schema)
         boards = {w: self._board(ws, w) for w in windows}
+        for w, b in boards.items():  # a complete result is final (docs/windows.md, "C2")
+            if b.complete == b.total:
+                end = w[0] + w[1]
+                ws.sealed = end if ws.sealed is None else max(ws.sealed, end)
         outputs, changed = self._write_outputs(ctx, ws, rows, boards)
         directory = ctx.layout.program_dir(FILES)
         if cells:
@@ -154,7 +169,8 @@ class WindowProgram(StageProgram):
                    "windows_refined": sorted(w for w in windows if reasons[w] == "refined"),
                    "emit_reasons": dict(Counter(reasons.values())),
                    "rows_shed": sum(stats[c][0] for c in shed),
-                   "late_dropped": ws.late_dropped, "changed_rows": changed,
+                   "late_dropped": ws.late_dropped,
+                   "disorder_dropped": ws.disorder_dropped, "changed_rows": changed,
                    "combines": ws.counters.get("combines", 0),
                    "uncombines": ws.counters.get("uncombines", 0),
                    "seconds_per_row": ws.seconds_per_row}
@@ -202,14 +218,15 @@ class WindowProgram(StageProgram):
                 stats = self._stats(ctx, frame, by_cell.select(
                     ["_src", "_pane", "_n_sum", "_lo_min", "_hi_max"]).rename_columns(
                     ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
-                late, shed = self._skipped(ws, stats, ctx.epoch)
-                cells = self._cells(table.filter(table.column("_pass")))
+                late, shed = self._skipped(ctx, ws, stats)
+                cells = [c for c in self._cells(table.filter(table.column("_pass")))
+                         if (c[0], c[1]) not in late]
                 return stats, cells, table.schema, late, shed
             stats_frame = frame.groupBy("_src", "_pane").agg(
                 F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"),
                 F.max("_t").alias("_hi"))
             stats = self._stats(ctx, frame, [r.asDict() for r in stats_frame.collect()])
-            late, shed = self._skipped(ws, stats, ctx.epoch)
+            late, shed = self._skipped(ctx, ws, stats)
             skipped = late | shed
             if skipped:
                 tags = [f"{s}\x1f{p}" for s, p in skipped]
@@ -241,12 +258,20 @@ class WindowProgram(StageProgram):
                 record=record, has_record=record is not None)
         return {(r["_src"], int(r["_pane"])): (r["_n"], r["_lo"], r["_hi"]) for r in rows}
 
-    def _skipped(self, ws: WindowState, stats: Mapping[CellKey, tuple[int, int, int]],
-                 epoch: int) -> tuple[set[CellKey], set[CellKey]]:
-        """Cells not aggregated: too late (their windows are final), and shed."""
-        late = {c for c in stats if ws.floor is not None and c[1] < ws.floor}
+    def _skipped(self, ctx: EpochContext, ws: WindowState,
+                 stats: Mapping[CellKey, tuple[int, int, int]]
+                 ) -> tuple[set[CellKey], set[CellKey]]:
+        """Cells not aggregated: too late (their windows are final) or already complete
+        (beyond the allowed disorder), and shed."""
+        plan, epoch = self.plan, ctx.epoch
+        closed = closed_cells(stats, ws.progress, plan.query.sources, plan.width,
+                              plan.disorder, ws.sealed)
+        if closed:  # refused whatever the lateness: the cells were final
+            self._refuse(ctx, ws, {c: stats[c] for c in closed})
+        late = {c for c in stats if ws.floor is not None and c[1] < ws.floor} - closed
         ws.late_dropped += sum(stats[c][0] for c in late)
-        shedding = self.plan.query.shedding
+        late |= closed
+        shedding = plan.query.shedding
         shed: set[CellKey] = set()
         if shedding is not None:
             rows = {c: v[0] for c, v in stats.items() if c not in late}
@@ -255,6 +280,28 @@ class WindowProgram(StageProgram):
             for c in shed:
                 ws.shed[c] = ws.shed.get(c, 0) + stats[c][0]
         return late, shed
+
+    def _refuse(self, ctx: EpochContext, ws: WindowState,
+                cells: Mapping[CellKey, tuple[int, int, int]]) -> None:
+        """Count and report records refused because their cells were complete."""
+        plan = self.plan
+        n = sum(v[0] for v in cells.values())
+        ws.disorder_dropped += n
+        for s in sorted({c[0] for c in cells}):
+            panes = sorted(p for src, p in cells if src == s)
+            had = ws.progress.get(s)
+            why = (f"its progress ({had}) had passed their panes' end by the allowed "
+                   f"disorder ({plan.disorder}) or more" if had is not None else
+                   "it was first heard from after results were published complete "
+                   "without it (name it with --source / sources= to have them wait)")
+            log.warning(
+                "window query %r (stage %s) epoch %d: %d record(s) of source %r for panes "
+                "starting %s refused, their cells being complete already: %s; raise the "
+                "query's disorder (--disorder, WindowQuery(disorder=...)) if its sources "
+                "send that far out of order", plan.query.name, ctx.stage.name, ctx.epoch,
+                sum(cells[(s, p)][0] for p in panes), s,
+                ", ".join(str(self._time(p * plan.width)) for p in panes[:5])
+                + (", ..." if len(panes) > 5 else ""), why)
 
     def _lift_frame(self, frame: DataFrame, keep: str | None = None, stats: bool = False
                     ) -> DataFrame:
@@ -344,7 +391,7 @@ class WindowProgram(StageProgram):
         failed = failed_sources(ws.progress, sources, ws.now or 0, ws.start or 0,
                                 q.eviction.failure_timeout)
         return scoreboard(w, self.plan.width, sources, ws.records, ws.progress, ws.shed,
-                          failed)
+                          failed, self.plan.disorder)
 
     def _due(self, ws: WindowState) -> tuple[dict[WindowId, PaneTable], dict[WindowId, str]]:
         """The windows to answer now: those the policy releases (per window spec, in
@@ -513,7 +560,8 @@ class WindowProgram(StageProgram):
             return None
         sources = len(s.get("progress", {}))
         return (f"{sources} source(s); panes from {s['floor']} kept, {len(s['cell_files'])} "
-                f"cell file(s); {s.get('late_dropped', 0)} late record(s) dropped")
+                f"cell file(s); {s.get('late_dropped', 0)} late record(s) dropped, "
+                f"{s.get('disorder_dropped', 0)} refused beyond the allowed disorder")
 
     @classmethod
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:

@@ -58,8 +58,11 @@ class WindowQuery:
     ``mapreduce``, over windows of ``range`` every ``slide`` of the ``time`` column,
     per source ``source`` (a flow without the default ``source`` column is one source,
     named like the flow); ``more`` adds windows of other ranges and slides over the same
-    panes. ``sources`` names the sources expected (others seen count too); ``eviction``
-    says when results go out; ``shedding`` when to drop load."""
+    panes. ``sources`` names the sources expected (others seen count too); ``disorder``
+    is how far (event time) a source may send out of order: a cell is complete, and
+    final, once its source's progress has passed the pane's end by that much, and later
+    records for it are refused (``docs/windows.md``, "C2"); ``eviction`` says when
+    results go out; ``shedding`` when to drop load."""
 
     name: str
     flow: str
@@ -73,6 +76,7 @@ class WindowQuery:
     sources: tuple[str, ...] = ()
     shedding: Shedding | None = None
     more: tuple[tuple[str | int, str | int | None], ...] = ()  # more (range, slide)
+    disorder: str | int = 0  # allowed disorder per source (a watermark's delay)
 
     def __post_init__(self) -> None:
         if (self.sql is None) == (self.mapreduce is None):
@@ -149,6 +153,7 @@ class WindowPlan:
             rng = parse_duration(r, self.time_type)
             specs.append((rng, rng if sl is None else parse_duration(sl, self.time_type)))
         self.width = shared_width(specs)
+        self.disorder = parse_duration(q.disorder, self.time_type, allow_zero=True)
         self.specs = [Panes(r, sl, self.width) for r, sl in dict.fromkeys(specs)]
         clash = set(self.outputs) & (set(RESULT_COLUMNS) | {"_mult"})
         if clash:

@@ -58,6 +58,8 @@ class WindowState:
     emitted: dict[WindowId, Emitted] = field(default_factory=dict)  # live emitted
     seconds_per_row: float | None = None  # EWMA of processing cost
     late_dropped: int = 0
+    disorder_dropped: int = 0  # records refused: their cells were complete (final)
+    sealed: int | None = None  # end pane of the latest result published complete
     counters: dict[str, int] = field(default_factory=dict)
     cell_files: dict[str, list[int]] = field(default_factory=dict)  # file → [lo, hi] pane
     result_files: dict[str, list[list[int]]] = field(default_factory=dict)  # → windows
@@ -84,6 +86,7 @@ class WindowState:
                 "floor": self.floor, "shed": [[s, p, n] for (s, p), n in self.shed.items()],
                 "records": [[s, p, n] for (s, p), n in self.records.items()],
                 "seconds_per_row": self.seconds_per_row, "late_dropped": self.late_dropped,
+                "disorder_dropped": self.disorder_dropped, "sealed": self.sealed,
                 "counters": self.counters, "cell_files": self.cell_files,
                 "result_files": self.result_files, "attempt": self.attempt}
 
@@ -131,7 +134,9 @@ def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> Win
                      shed={(s, p): n for s, p, n in state["shed"]},
                      records={(s, p): n for s, p, n in state["records"]},
                      seconds_per_row=state["seconds_per_row"],
-                     late_dropped=state["late_dropped"], counters=dict(state["counters"]),
+                     late_dropped=state["late_dropped"],
+                     disorder_dropped=state.get("disorder_dropped", 0),
+                     sealed=state.get("sealed"), counters=dict(state["counters"]),
                      cell_files={f: list(v) for f, v in state["cell_files"].items()},
                      result_files={f: list(v) for f, v in state["result_files"].items()},
                      attempt=state["attempt"])
