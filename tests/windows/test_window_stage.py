@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from strata import Dataflow
 from strata.controller import Controller
-from strata.model.errors import EpochError
 from strata.windows import (
     Eviction,
     Fidelity,
@@ -186,22 +185,6 @@ def test_timestamps_and_a_total_aggregate(spark, tmp_path):
     # open until the source sends a time past 90 s
     assert [(w - base).total_seconds() for w, _, _ in got] == [-30, 0]
     assert [(n, b) for _, n, b in got] == [(30, 435), (60, 870)]
-
-
-def test_a_record_without_time_or_source_is_an_epoch_error(spark, tmp_path):
-    df = Dataflow("bad")
-    df.source("log", DDL)
-    add_window(df, from_sql("w", _window_sql(4, 2)))
-    with Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
-        c.ingest("log", [write(tmp_path, [{"ts": 1, "host": "a", "url": "/", "bytes": 1,
-                                           "user": "u"},
-                                          {"ts": None, "host": "b", "url": "/x",
-                                           "bytes": 2, "user": "u"}])])
-        with pytest.raises(EpochError) as info:
-            c.run()
-        text = str(info.value)
-        assert "'w'" in text and "epoch 1" in text and "'log'" in text and "/x" in text
-        assert not list(c.stored_increments("w_windows"))
 
 
 def test_bad_window_queries_are_refused_clearly():
