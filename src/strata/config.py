@@ -42,12 +42,18 @@ class Setting(Generic[T]):
     choices: tuple[str, ...] = field(default=())
 
 
+# every setting, in the order declared below: each is listed by being declared
+_DECLARED: list[Setting[Any]] = []
+
+
 def _conf(name: str, type_: type, default: Any, meaning: str, **kw: Any) -> Setting[Any]:
-    return Setting(name, "conf", type_, default, meaning, **kw)
+    _DECLARED.append(Setting(name, "conf", type_, default, meaning, **kw))
+    return _DECLARED[-1]
 
 
 def _env(name: str, type_: type, default: Any, meaning: str, **kw: Any) -> Setting[Any]:
-    return Setting(name, "env", type_, default, meaning, **kw)
+    _DECLARED.append(Setting(name, "env", type_, default, meaning, **kw))
+    return _DECLARED[-1]
 
 
 # Session confs: where an epoch's work runs (docs/performance.md, docs/vectorized.md).
@@ -162,13 +168,7 @@ CLUSTER = (
              "extra PYTHONPATH for the workers' Python."),
 )
 
-SETTINGS: tuple[Setting[Any], ...] = (
-    ARROW, DRIVER_EPOCH_ROWS, DRIVER_EPOCH_STATE_BYTES, TRANSLATE_DRIVER_RECORDS,
-    TRANSLATE_SLICE_RECORDS, EXCHANGE, EXCHANGE_MIN_RECORDS, QUERY_DRIVER_ROWS,
-    QUERY_TABLE_ROWS, HELD_SEGMENT_ROWS, TEST_MARKER,
-    HOME, CATALOG, MASTER, REMOTE, DRIVER_MEMORY, RUN_CACHE_MB, MACHINE_RUN_CACHE_MB,
-    MACHINE_RUN_CACHE_DIR, CRASH_AT, PROPERTY_SCALE, SLOW_SECONDS, SLOW_DIR, *CLUSTER,
-)
+SETTINGS: tuple[Setting[Any], ...] = tuple(_DECLARED)
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in SETTINGS}
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
