@@ -41,6 +41,7 @@ from strata.physical.program import collect_garbage, read_answer, read_state
 from strata.physical.runner import SparkStageRunner, refuse_over_connect
 from strata.physical.session import is_connect, set_runtime_confs
 from strata.physical.shipping import ship_files
+from strata.storage import fs
 from strata.storage.catalog import Catalog, NewOutput
 from strata.storage.home import Home
 from strata.storage.increments import Increment
@@ -184,6 +185,21 @@ class Controller:
                                     catalog=self.catalog)
         return ingest(self.layout, flow, source, fmt, end_frame=end_frame,
                       catalog=self.catalog, by_reference=by_reference)
+
+    def ingest_new(self, flow: str, files: Sequence[str]) -> list[str]:
+        """Ingest, by reference and as one increment, those Parquet ``files`` that
+        ``flow`` has not taken before (the cron pattern: each run offers every file of
+        a folder); the files taken. The catalog remembers them in the ingest's own
+        transaction, so a crash never takes a file twice or loses one."""
+        seen = {fs.key(f) for f in self.catalog.referenced_files(flow)}
+        new = [f for f in files if fs.key(f) not in seen]
+        if new:
+            self.ingest(flow, new, by_reference=True)
+        return new
+
+    def referenced_files(self, flow: str) -> list[str]:
+        """Every file ``flow`` has taken by reference, oldest ingest first."""
+        return sorted(self.catalog.referenced_files(flow))
 
     def stored_increments(self, flow: str) -> list[tuple[int, Increment]]:
         """``(epoch, increment)`` of every stored increment of ``flow``, oldest first.

@@ -52,7 +52,7 @@ def ingest(
                 raise IngestError("records cannot be ingested by reference: only files")
             inc = referenced_increment(layout, files, to_arrow_schema(ddl), flow, fmt)
             crashpoint("ingest-before-commit")
-            return catalog.record_ingest(flow, inc, end_frame)
+            return catalog.record_ingest(flow, inc, end_frame, by_reference=True)
         table = read_source(source, to_arrow_schema(ddl), fmt, flow)
         return append_table(layout, catalog, flow, table, end_frame)
     finally:

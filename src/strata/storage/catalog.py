@@ -77,6 +77,9 @@ CREATE TABLE IF NOT EXISTS operator_stats (
     stage TEXT NOT NULL, epoch INTEGER NOT NULL, operator TEXT NOT NULL, segment INTEGER,
     rows_in INTEGER, rows_out INTEGER, bytes_in INTEGER, bytes_out INTEGER, seconds REAL,
     PRIMARY KEY (stage, epoch, operator));
+CREATE TABLE IF NOT EXISTS referenced_files (
+    flow TEXT NOT NULL, file TEXT NOT NULL, ingest INTEGER NOT NULL,
+    PRIMARY KEY (flow, file));
 """
 INCREMENTS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -294,15 +297,21 @@ class Catalog:
         return [n for (n,) in self.db.execute("SELECT name FROM stages ORDER BY rowid")]
 
     # -- ingest ------------------------------------------------------------------------
-    def record_ingest(self, flow: str, inc: Increment, end_frame: bool) -> int:
+    def record_ingest(self, flow: str, inc: Increment, end_frame: bool,
+                      by_reference: bool = False) -> int:
         """Record an ingested increment of ``flow`` and queue it (unframed) for every
-        consumer, with an end-of-frame mark after it if asked; its ingest number."""
+        consumer, with an end-of-frame mark after it if asked; its ingest number. Files
+        taken ``by_reference`` are remembered for good, in the same transaction
+        (:meth:`referenced_files`): what a folder's next ingest skips."""
         consumers = self.consumers(flow)
         with self._transaction() as db:
             row = db.execute("SELECT value FROM meta WHERE key = ?",
                              (f"ingest:{flow}",)).fetchone()
             n = int(row[0]) + 1 if row else 1
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"ingest:{flow}", str(n)))
+            if by_reference:
+                db.executemany("INSERT OR REPLACE INTO referenced_files VALUES (?, ?, ?)",
+                               [(flow, f, n) for f in inc.files])
             inc_id = self._add(db, flow, IncrementKind.INGEST, "", n, inc, n,
                                retained=not consumers)
             for c in consumers:
@@ -312,6 +321,12 @@ class Catalog:
                 for c in consumers:
                     self._enqueue(db, flow, c, mark, framed=False)
         return n
+
+    def referenced_files(self, flow: str) -> set[str]:
+        """Every file ever ingested by reference into ``flow`` (normalized URIs), also
+        once its increment has been consumed and forgotten."""
+        rows = self.db.execute("SELECT file FROM referenced_files WHERE flow = ?", (flow,))
+        return {r[0] for r in rows}
 
     # -- increments and queues -----------------------------------------------------------
     @staticmethod
