@@ -16,19 +16,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
 
 from strata import config
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
 from strata.physical.small_epochs import conf_of, driver_epoch_rows
-from strata.queries import arrow_step, driver_rows
+from strata.queries import arrow_step
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, spark_type, write_parquet
 from strata.queries.incremental import IncrementalQuery
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -86,7 +86,7 @@ class QueryProgram(StageProgram):
                 "order_by": [list(o) for o in q.order_by], "limit": q.limit}
 
     # -- one epoch -------------------------------------------------------------------------
-    def evaluate(self, run: Evaluator) -> DataFrame:
+    def evaluate(self, run: Evaluator) -> Rows:
         """The epoch's output changes; the new table contents are staged in ``run``."""
         changes = run.changes(self.inc.root)
         if run.mode is EvalMode.DRIVER:
@@ -161,14 +161,14 @@ class QueryProgram(StageProgram):
             return self.eval_mode
         return EvalMode.DRIVER
 
-    def _write_output(self, changes: DataFrame, out_dir: str, tasks: int) -> None:
+    def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to
         ``spark.strata.query.driverRows`` rows (an increment's changes usually are) come to
         the driver as Arrow and are written as one file the way ingested increments are,
         which costs a fraction of a Spark write job (committer, Hadoop job set-up,
         task-side writers); more are written by Spark, in ``tasks`` tasks. Changes the
         driver holds are cast and written with no Spark job."""
-        held = driver_rows.held(changes)
+        held = changes.arrow()
         if held is not None:
             try:
                 table = held.select(self._output_schema().names).cast(self._output_schema())
@@ -177,7 +177,7 @@ class QueryProgram(StageProgram):
             else:
                 write_table(fs.join(out_dir, "part-00000.parquet"), table)
                 return
-        out = changes.selectExpr(*self._output_casts())
+        out = changes.frame().selectExpr(*self._output_casts())
         most = config.conf(out.sparkSession, config.QUERY_DRIVER_ROWS)
         table = out.coalesce(1).limit(most + 1).toArrow()
         if table.num_rows <= most:

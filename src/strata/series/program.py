@@ -68,7 +68,7 @@ from strata.series.held import (
     with_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
-from strata.series.reads import read_views, segment_frames, view_schema
+from strata.series.reads import Fresh, read_views, segment_frames, view_schema
 from strata.series.statistics import EpochNotes, epoch_operators, timed
 from strata.series.stored import (
     SEGMENT,
@@ -308,10 +308,11 @@ class SeriesProgram(StageProgram):
                                  ctx.token)
             keep = sorted(k for k in fresh if self.keeps(self._last_reader(*k), n))
             for fp, j in keep:
-                view, frame = fresh[(fp, j)]
-                tables.stage(fp, with_segment(frame, j, view_schema(
+                view, fresh_rows = fresh[(fp, j)]
+                tables.stage(fp, with_segment(fresh_rows, j, view_schema(
                     spark, self.columns, view, True, known))
-                             if (fp, j) in held else frame.withColumn(SEGMENT, F.lit(j)),
+                             if (fp, j) in held else fresh_rows.frame().withColumn(
+                                 SEGMENT, F.lit(j)),
                              ["_g"] if view.kind == "partial" else [], "append")
             noted = EpochNotes()
             writes = [timed(w, k, noted.seconds)
@@ -382,7 +383,7 @@ class SeriesProgram(StageProgram):
 
     def _answers(self, ctx: EpochContext, due: Sequence[Series], *, n: int,
                  tables: QueryTables, views: Mapping[str, Mapping[str, dict]],
-                 fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
+                 fresh: Fresh,
                  stats: Mapping[str, Any], noted: EpochNotes, in_arrow: bool) -> list:
         """One write per occurrence of ``due`` at segment ``n`` whose window's views are
         all in ``views`` or ``fresh``; what each did is ``noted``. ``in_arrow``: each is
