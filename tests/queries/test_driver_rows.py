@@ -89,6 +89,22 @@ def test_cut_holds_what_it_brings_to_the_driver(spark):
     assert rows == 0 and empty.num_rows == 0 and empty.frame().count() == 0
 
 
+def test_held_rows_become_one_local_frame_when_spark_needs_them(spark):
+    """A held table answers its schema and size itself; its DataFrame is made once, when
+    first asked for, and has the same rows. A frame's rows are not held."""
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    schema = spark.createDataFrame(table).schema
+    held = Rows.of_arrow(spark, table, schema)
+    assert held.is_held and held.num_rows == 3 and held.columns == ["x"]
+    assert held.arrow() is table
+    frame = held.frame()
+    assert held.frame() is frame and sorted(r.x for r in frame.collect()) == [1, 2, 3]
+    plain = Rows.of_frame(frame.where("x > 1"))
+    assert not plain.is_held and plain.num_rows is None and plain.arrow() is None
+    assert Rows.of_frame(plain) is plain and local_rows(plain) in (None, 2)
+    assert cut(plain)[0].arrow().column("x").to_pylist() == [2, 3]
+
+
 def test_float_keys_are_left_to_spark(spark):
     """Spark equates -0.0 with 0.0 in join keys; Arrow's grouping would not."""
     t = pa.table({"_g": pa.array([{"f": -0.0}]), "v": [1]})

@@ -8,8 +8,8 @@ rows (docs/performance.md, "Iteration steps"). Here they run on the held Arrow t
 with :mod:`strata.queries.arrow_expr` and :mod:`strata.queries.arrow_lift`, and their
 results are held in turn. Each function returns None when it cannot — the input is not
 held, an expression or a type is outside what Arrow evaluates here, or an error (an
-overflow) is Spark's to report — and the caller runs the Spark plan instead. The session
-conf ``spark.strata.arrow=false`` turns the Arrow path off.
+overflow) is Spark's to report — and the caller runs the Spark plan instead. Whether
+they are tried at all is :func:`strata.queries.dispatch.arrow_steps`'s to say.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import Row
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from strata.physical.vectorized import arrow_enabled
 from strata.queries import arrow_expr, driver_rows
 from strata.queries.algebra import Map, Nearest, Scan
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
@@ -32,13 +31,6 @@ from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.frames import spark_type
 from strata.queries.incremental import GroupPlan, answer_scope
 from strata.queries.rows import Rows
-
-
-def enabled(spark: SparkSession) -> bool:
-    """Whether steps may run in Arrow: Spark's ANSI mode (whose semantics Arrow follows
-    here) is on and ``spark.strata.arrow`` is not ``false``."""
-    return ((spark.conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
-            and arrow_enabled(spark))
 
 
 def _held(df: Rows, table: pa.Table) -> Rows:

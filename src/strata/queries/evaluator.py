@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,10 +17,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
-from strata import config
 from strata.model.errors import StrataError
-from strata.queries import arrow_step, driver_rows, explode, outer_join, window_functions
+from strata.queries import arrow_step, dispatch, driver_rows, explode, outer_join, window_functions
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
+from strata.queries.dispatch import EvalMode
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import cut, empty_frame, local_rows, spark_type
@@ -34,23 +33,6 @@ if TYPE_CHECKING:
     from strata.queries.program import QueryProgram
 
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
-
-
-class EvalMode(Enum):
-    """How an :class:`Evaluator` merges changes into state."""
-
-    EPOCH = "epoch"
-    """One pass: a group-by merges its changes with its whole state (a full outer join),
-    join inputs are appended, and results used twice are cached."""
-    DIFFUSION = "diffusion"
-    """An iteration's steps: a group-by merges only the groups a step touches (a right
-    outer join with the state, the paper's diffusion) into an overlay, join inputs are
-    held back, and :meth:`Evaluator.flush` merges everything into the tables once."""
-    DRIVER = "driver"
-    """One pass over a small increment and small state, as a diffusion of one step: the
-    driver reads the increment and the tables with pyarrow and runs the operators in
-    Arrow where it can (Spark where it cannot), then :meth:`Evaluator.flush` stages the
-    tables (docs/performance.md, "Small epochs in the driver")."""
 
 
 class Evaluator:
@@ -75,7 +57,7 @@ class Evaluator:
         self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
         self._assigned: dict[int, tuple[Rows, Rows | None]] = {}
         # whether operators over rows the driver holds run in Arrow where they can
-        self.arrow = mode is not EvalMode.EPOCH and arrow_step.enabled(spark)
+        self.arrow = mode is not EvalMode.EPOCH and dispatch.arrow_steps(spark)
 
     def step(self, frames: Mapping[str, Rows], only: str | None = None) -> None:
         """Start a step of a diffusion: ``frames`` are the changes given directly, and
@@ -193,7 +175,7 @@ class Evaluator:
         schema = spark_type(self.program.flow_ddl[flow])
         try:
             table = read_table(self._files(flow), driver_rows.arrow_schema(schema),
-                               config.conf(self.spark, config.QUERY_DRIVER_ROWS))
+                               dispatch.driver_rows(self.spark))
         except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return None
         if table is None:

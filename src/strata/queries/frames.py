@@ -16,9 +16,8 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
-from strata import config
 from strata.physical.session import is_connect
-from strata.queries import driver_rows
+from strata.queries import dispatch, driver_rows
 from strata.queries.rows import Rows
 from strata.storage import fs
 
@@ -48,7 +47,7 @@ def cut(source: DataFrame | Rows) -> tuple[Rows, int | None]:
     if held.is_held:
         return held, held.num_rows
     df = held.frame()
-    most = config.conf(df.sparkSession, config.QUERY_DRIVER_ROWS)
+    most = dispatch.driver_rows(df.sparkSession)
     limited = df.coalesce(1).limit(most + 1)
     if is_connect(df.sparkSession):
         rows = local_rows(df)

@@ -17,12 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from strata import config
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
-from strata.physical.small_epochs import conf_of, driver_epoch_rows
-from strata.queries import arrow_step
+from strata.queries import dispatch
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
@@ -101,7 +99,8 @@ class QueryProgram(StageProgram):
         out_dir = ctx.output_dir(self.output)
         try:
             tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
-            run = Evaluator(self, spark, tables, ctx.inputs, mode=self._mode(ctx, tables),
+            run = Evaluator(self, spark, tables, ctx.inputs, mode=dispatch.epoch_mode(
+                ctx, tables, self.eval_mode, self.driver_epochs),
                             whole=self.whole_flows())
             try:
                 changes = self.evaluate(run)
@@ -147,20 +146,6 @@ class QueryProgram(StageProgram):
                     fs.delete_quietly(uri)
         fs.delete_quietly(layout.staging_dir())
 
-    def _mode(self, ctx: EpochContext, tables: QueryTables) -> EvalMode:
-        """How this epoch is evaluated: in the driver (:attr:`EvalMode.DRIVER`) when the
-        Arrow path is on, the increment has at most ``spark.strata.query.driverRows``
-        records (and at most ``spark.strata.driverEpoch.maxRows``) and every state table
-        at most ``spark.strata.query.driverTableRows`` rows; else as the program's mode
-        says."""
-        if (self.eval_mode is not EvalMode.EPOCH or not self.driver_epochs
-                or not arrow_step.enabled(ctx.spark)):
-            return self.eval_mode
-        limit = min(conf_of(ctx, config.QUERY_DRIVER_ROWS), driver_epoch_rows(ctx))
-        if ctx.input_records > limit or not tables.small():
-            return self.eval_mode
-        return EvalMode.DRIVER
-
     def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to
         ``spark.strata.query.driverRows`` rows (an increment's changes usually are) come to
@@ -178,7 +163,7 @@ class QueryProgram(StageProgram):
                 write_table(fs.join(out_dir, "part-00000.parquet"), table)
                 return
         out = changes.frame().selectExpr(*self._output_casts())
-        most = config.conf(out.sparkSession, config.QUERY_DRIVER_ROWS)
+        most = dispatch.driver_rows(out.sparkSession)
         table = out.coalesce(1).limit(most + 1).toArrow()
         if table.num_rows <= most:
             try:

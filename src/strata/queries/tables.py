@@ -28,11 +28,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from strata import config
 from strata.model.errors import StrataError
 from strata.physical import spark_hash
 from strata.physical.session import default_parallelism, is_connect
-from strata.queries import driver_rows, frames
+from strata.queries import dispatch, driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
 from strata.queries.rows import Rows
 from strata.storage import fs
@@ -199,7 +198,7 @@ class QueryTables:
             return self._arrow[name]
 
     def _read_small(self, name: str) -> pa.Table | None:
-        if not self.has(name) or self.rows(name) > config.conf(self.spark, config.QUERY_TABLE_ROWS):
+        if not self.has(name) or self.rows(name) > dispatch.driver_table_rows(self.spark):
             return None
         return read_table(self.live[name]["files"], driver_rows.arrow_schema(self.schema(name)),
                           cache=True)
@@ -215,7 +214,7 @@ class QueryTables:
         """Whether every committed table has at most ``limit`` rows (default
         ``spark.strata.query.driverTableRows``)."""
         if limit is None:
-            limit = config.conf(self.spark, config.QUERY_TABLE_ROWS)
+            limit = dispatch.driver_table_rows(self.spark)
         return all(self.rows(name) <= limit for name in self.live)
 
     def _open(self, name: str) -> DataFrame | None:
@@ -286,8 +285,7 @@ class QueryTables:
         rows: a rewrite of it likely fits on the driver (one that does not falls back to
         Spark)."""
         rows = self.live.get(name, {}).get("rows")
-        return rows is not None and rows <= config.conf(self.spark,
-                                                        config.QUERY_DRIVER_ROWS) // 2
+        return rows is not None and rows <= dispatch.driver_rows(self.spark) // 2
 
     def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
                               path: str) -> tuple[list[str] | None, int]:
@@ -295,7 +293,7 @@ class QueryTables:
         (an increment appended to a join input or a small group-by's state usually is):
         the rows, with their bucket, come to the driver as Arrow and each bucket is
         written as one file. The files (None if there are more rows) and the number of rows."""
-        most = config.conf(self.spark, config.QUERY_DRIVER_ROWS)
+        most = dispatch.driver_rows(self.spark)
         table = (df.withColumn(BUCKET, bucket_of(lineage, self.n)).coalesce(1)
                  .limit(most + 1).toArrow())
         if table.num_rows > most:

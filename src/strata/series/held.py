@@ -23,11 +23,9 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from strata import config
 from strata.physical.program import EpochContext
 from strata.physical.session import is_connect
-from strata.physical.small_epochs import conf_of
-from strata.queries import arrow_step, driver_rows
+from strata.queries import arrow_step, dispatch, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
 from strata.queries.arrow_lift import aggregate, outside
 from strata.queries.expressions import MULT
@@ -50,9 +48,9 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
     rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow_step.
     enabled`); else None. Never over Spark Connect, where every held frame is sent to
     the server when it is made."""
-    limit = conf_of(ctx, config.HELD_SEGMENT_ROWS)
+    limit = dispatch.held_segment_rows(ctx)
     if not segment.files or segment.records > limit or limit < 0 \
-            or is_connect(ctx.spark) or not arrow_step.enabled(ctx.spark):
+            or is_connect(ctx.spark) or not dispatch.arrow_steps(ctx.spark):
         return None
     if any(FILE_CACHE.get(f, touch=False) is None for f in segment.files):
         return None

@@ -29,12 +29,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from strata import config
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
-from strata.physical.small_epochs import conf_of
+from strata.queries import dispatch
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
 from strata.queries.frames import ddl_of, run_all
@@ -400,7 +399,7 @@ class SeriesProgram(StageProgram):
             rows = noted.rows_in[s.name] = window_rows(plan, n, views,
                                                       stats.get("rows", {}))
             large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
-                                         conf_of(ctx, config.QUERY_DRIVER_ROWS))
+                                         dispatch.driver_rows(ctx))
             out.append(timed(functools.partial(
                 self._answer, ctx, s.name, n, read, noted.by_driver, large, arrow),
                 s.name, noted.seconds))
