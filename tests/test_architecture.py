@@ -93,3 +93,15 @@ def test_the_sql_check_finds_sql(tmp_path):
     sample.write_text('db.execute("UPDATE stages SET epochs = 1")\nq = "SELECT name FROM x"\n')
     lines = [line for _, line in _code_lines(sample)]
     assert SQLITE_CALL.search(lines[0]) and SQL_TEXT.search(lines[1])
+
+
+PYSPARK_PRIVATE = re.compile(r"pyspark\.sql\.classic|\._sc\b|__dict__\[[\"']schema[\"']\]")
+
+
+def test_no_module_relies_on_pysparks_private_classes_or_fields():
+    """Rows the driver holds are a strata type (``queries/rows.py``), not a subclass of
+    PySpark's classic DataFrame with its private fields set (docs/architecture.md, "The
+    driver's rows and Spark's")."""
+    offenders = [f"{p.relative_to(SRC.parent)}:{n}" for p in sorted(SRC.rglob("*.py"))
+                 for n, line in _code_lines(p) if PYSPARK_PRIVATE.search(line)]
+    assert not offenders, offenders

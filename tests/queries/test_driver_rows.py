@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from strata.queries import driver_rows
 from strata.queries.frames import cut, local_rows
+from strata.queries.rows import Rows
 
 SCHEMA = "`_g` struct<a: bigint, b: string>, `v` double, `_cnt` bigint"
 ARROW = pa.schema([("_g", pa.struct([("a", pa.int64()), ("b", pa.string())])),
@@ -27,10 +28,11 @@ def frames(spark, by_key: dict) -> tuple:
     table = pa.Table.from_pylist([{"_g": {"a": a, "b": b}, "v": v, "_cnt": c}
                                   for (a, b), (v, c) in by_key.items()], schema=ARROW)
     plain = spark.createDataFrame(table.to_pylist(), SCHEMA)
-    return driver_rows.from_arrow(spark, table, plain.schema), plain.where("true")
+    return Rows.of_arrow(spark, table, plain.schema), Rows.of_frame(plain.where("true"))
 
 
-def rows_of(df) -> list:
+def rows_of(rows) -> list:
+    df = rows.frame() if isinstance(rows, Rows) else rows
     return sorted((r.asDict(recursive=True) for r in df.collect()), key=repr)
 
 
@@ -39,16 +41,17 @@ def rows_of(df) -> list:
 def test_upserting_held_rows_matches_the_spark_plan(spark, old, new, count):
     old_held, old_plain = frames(spark, old)
     new_held, new_plain = frames(spark, new)
-    assert driver_rows.held(new_plain) is None
+    assert not new_plain.is_held
     with_live = driver_rows.with_live(new_held, count)
-    assert driver_rows.held(with_live) is not None
+    assert with_live.is_held
     assert rows_of(with_live) == rows_of(driver_rows.with_live(new_plain, count))
     old_live = driver_rows.with_live(old_held, None)
     merged = driver_rows.replace_by_key(old_live, with_live, "_g")
-    assert merged is not None and local_rows(merged) == merged.count()
+    assert merged is not None and local_rows(merged) == merged.frame().count()
     plain_old = driver_rows.with_live(old_plain, None)
     plain_new = driver_rows.with_live(new_plain, count)
-    want = plain_old.join(plain_new.select("_g"), "_g", "left_anti").unionByName(plain_new)
+    want = plain_old.frame().join(plain_new.frame().select("_g"), "_g", "left_anti") \
+        .unionByName(plain_new.frame())
     assert rows_of(merged) == rows_of(want)
     assert driver_rows.replace_by_key(plain_old, plain_new, "_g") is None  # not held
 
@@ -59,37 +62,53 @@ def test_projections_unions_and_struct_fields_of_held_rows(spark, a, b):
     (ha, pa_), (hb, pb) = frames(spark, a), frames(spark, b)
     for df, plain in ((ha, pa_), (hb, pb)):
         got = driver_rows.select(df, ["v", "_cnt"], {"_mult": -1})
-        assert driver_rows.held(got) is not None
+        assert got.is_held
         assert got.schema == driver_rows.select(plain, ["v", "_cnt"], {"_mult": -1}).schema
         assert rows_of(got) == rows_of(driver_rows.select(plain, ["v", "_cnt"], {"_mult": -1}))
         flagged = driver_rows.with_live(df, "_cnt", "keep")
         fields = driver_rows.fields_of(flagged, "_g", where="keep")
-        assert rows_of(fields) == rows_of(plain.where("_cnt <> 0").select("_g.*"))
+        assert rows_of(fields) == rows_of(plain.frame().where("_cnt <> 0").select("_g.*"))
     both = driver_rows.union([ha, hb])
-    assert driver_rows.held(both) is not None
-    assert rows_of(both) == rows_of(pa_.unionByName(pb))
-    assert rows_of(driver_rows.union([ha, pb])) == rows_of(pa_.unionByName(pb))
+    assert both.is_held
+    assert rows_of(both) == rows_of(pa_.frame().unionByName(pb.frame()))
+    assert rows_of(driver_rows.union([ha, pb])) == rows_of(pa_.frame().unionByName(pb.frame()))
 
 
 def test_cut_holds_what_it_brings_to_the_driver(spark):
     df = spark.range(5).selectExpr("named_struct('a', id, 'b', 'k') AS _g", "id * 1.5 AS v",
                                    "id AS _cnt")
     held, rows = cut(df)
-    assert rows == 5 and driver_rows.held(held).num_rows == 5
+    assert rows == 5 and held.is_held and held.num_rows == 5
     assert local_rows(held) == 5
-    projected = held.where("v > 2").select("_g")  # a local relation, not held itself
-    assert driver_rows.held(projected) is None
+    projected = held.frame().where("v > 2").select("_g")  # a local relation, not held
+    assert local_rows(projected) is None or local_rows(projected) == 3
     again, rows = cut(projected)  # held again, so what follows can run in Arrow
-    assert rows == 3 and driver_rows.held(again).num_rows == 3
-    assert sorted(r._g.a for r in again.collect()) == [2, 3, 4]
-    empty, rows = cut(held.where("v < 0"))  # no rows: held without a Spark job
-    assert rows == 0 and driver_rows.held(empty).num_rows == 0 and empty.count() == 0
+    assert rows == 3 and again.num_rows == 3
+    assert sorted(r._g.a for r in again.frame().collect()) == [2, 3, 4]
+    empty, rows = cut(held.frame().where("v < 0"))  # no rows: held without a Spark job
+    assert rows == 0 and empty.num_rows == 0 and empty.frame().count() == 0
+
+
+def test_held_rows_become_one_local_frame_when_spark_needs_them(spark):
+    """A held table answers its schema and size itself; its DataFrame is made once, when
+    first asked for, and has the same rows. A frame's rows are not held."""
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    schema = spark.createDataFrame(table).schema
+    held = Rows.of_arrow(spark, table, schema)
+    assert held.is_held and held.num_rows == 3 and held.columns == ["x"]
+    assert held.arrow() is table
+    frame = held.frame()
+    assert held.frame() is frame and sorted(r.x for r in frame.collect()) == [1, 2, 3]
+    plain = Rows.of_frame(frame.where("x > 1"))
+    assert not plain.is_held and plain.num_rows is None and plain.arrow() is None
+    assert Rows.of_frame(plain) is plain and local_rows(plain) in (None, 2)
+    assert cut(plain)[0].arrow().column("x").to_pylist() == [2, 3]
 
 
 def test_float_keys_are_left_to_spark(spark):
     """Spark equates -0.0 with 0.0 in join keys; Arrow's grouping would not."""
     t = pa.table({"_g": pa.array([{"f": -0.0}]), "v": [1]})
-    df = driver_rows.from_arrow(spark, t, spark.createDataFrame(t).schema)
+    df = Rows.of_arrow(spark, t, spark.createDataFrame(t).schema)
     assert driver_rows.replace_by_key(df, df, "_g") is None
 
 
@@ -99,8 +118,8 @@ def test_a_union_keeps_the_nulls_of_any_held_frame(spark):
     assert not first.schema["c"].nullable
     later = cut(spark.createDataFrame([(5, None)], "id bigint, c bigint"))[0]
     both = driver_rows.union([first, later])
-    assert driver_rows.held(both) is not None and both.schema["c"].nullable
-    assert sorted(tuple(r) for r in both.where("c IS NULL").collect()) == [(5, None)]
+    assert both.is_held and both.schema["c"].nullable
+    assert sorted(tuple(r) for r in both.frame().where("c IS NULL").collect()) == [(5, None)]
 
 
 def test_spark_reads_every_row_of_a_held_table_with_empty_batches(spark):
@@ -111,10 +130,10 @@ def test_spark_reads_every_row_of_a_held_table_with_empty_batches(spark):
     chunked = pa.concat_tables([empty, empty, rows])
     schema = spark.createDataFrame(rows).schema
     assert [b.num_rows for b in chunked.to_batches()] == [0, 0, 2]
-    held = driver_rows.from_arrow(spark, chunked, schema)
+    held = Rows.of_arrow(spark, chunked, schema).frame()
     assert sorted(tuple(r) for r in held.collect()) == [(2, 1), (3, -1)]
     assert held.groupBy().sum("_mult").collect()[0][0] == 0
-    assert driver_rows.from_arrow(spark, pa.concat_tables([empty, empty]), schema).count() == 0
+    assert Rows.of_arrow(spark, pa.concat_tables([empty, empty]), schema).frame().count() == 0
 
 
 join_rows = st.lists(st.tuples(st.none() | st.integers(-2, 2),
@@ -130,17 +149,17 @@ def test_netting_held_join_inputs_keeps_every_rows_multiplicity(spark, parts):
     apart, never merge wrongly)."""
     schema = "a int, x double, _mult bigint"
     arrow = pa.schema([("a", pa.int32()), ("x", pa.float64()), ("_mult", pa.int64())])
-    held = [driver_rows.from_arrow(spark, pa.Table.from_pylist(
+    held = [Rows.of_arrow(spark, pa.Table.from_pylist(
         [dict(zip(("a", "x", "_mult"), r, strict=True)) for r in p], schema=arrow),
         spark.createDataFrame([], schema).schema) for p in parts]
     got = driver_rows.netted(held)
-    assert got is not None and driver_rows.held(got) is not None
-    assert all(r["_mult"] != 0 for r in got.collect())
+    assert got is not None and got.is_held
+    assert all(r["_mult"] != 0 for r in got.frame().collect())
 
     def totals(df):  # per row as Spark groups it
         return {(r.a, r.x if r.x is None or r.x == r.x else "nan"): r.m for r in
                 df.groupBy("a", "x").agg(F.sum("_mult").alias("m")).where("m <> 0").collect()}
-    union = held[0]
+    union = held[0].frame()
     for h in held[1:]:
-        union = union.unionByName(h)
-    assert totals(got) == totals(union)
+        union = union.unionByName(h.frame())
+    assert totals(got.frame()) == totals(union)

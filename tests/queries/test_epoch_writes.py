@@ -16,6 +16,7 @@ from strata import Dataflow
 from strata.config import QUERY_DRIVER_ROWS
 from strata.controller.controller import Controller
 from strata.queries import add_query, frames
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.storage.home import StageLayout
 from tests.helpers import session_confs
@@ -56,7 +57,6 @@ def test_tables_the_driver_writes_stay_in_its_file_cache(spark, tmp_path, monkey
     reads them from memory; what it keeps is what the files hold."""
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from strata.queries import driver_rows
     from strata.storage import increments
     from strata.storage.table_cache import TableCache
 
@@ -67,7 +67,7 @@ def test_tables_the_driver_writes_stay_in_its_file_cache(spark, tmp_path, monkey
                      "v": pa.array(range(500), pa.int64())})
     schema = StructType([StructField("_g", LongType()), StructField("v", LongType())])
     tables = QueryTables(spark, StageLayout(str(tmp_path / "state"), "t"), {}, 4, "token")
-    tables.stage("t", driver_rows.from_arrow(spark, rows, schema), ["_g"], "replace")
+    tables.stage("t", Rows.of_arrow(spark, rows, schema), ["_g"], "replace")
     for write in tables.writes():
         write()
     files = tables.commit_files()["t"]["files"]
@@ -106,7 +106,6 @@ def test_held_lookups_see_upserts_and_deletes_as_the_spark_plan_does(spark, tmp_
     """An iteration's lookups and current rows in Arrow (committed table small, overlay
     held) give what the DataFrame plan gives: an upsert overrides its committed row and
     a deleted key (count 0) hides it."""
-    from strata.queries import driver_rows
     from strata.storage.increments import write_table
 
     ddl = "`_g` struct<k: int>, `v` bigint, `_cnt` bigint"
@@ -126,16 +125,17 @@ def test_held_lookups_see_upserts_and_deletes_as_the_spark_plan_does(spark, tmp_
 
     rows = spark.createDataFrame([((2,), 25, 0), ((3,), 30, 1)], ddl)  # 2 deleted, 3 new
     held, plain = tables_with(rows), tables_with(rows)
-    plain.overlay["g"] = plain.overlay["g"].where("true")  # not held: the DataFrame plan
-    assert driver_rows.held(held.overlay["g"]) is not None
-    assert driver_rows.held(plain.overlay["g"]) is None
+    plain.overlay["g"] = Rows.of_frame(plain.overlay["g"].frame().where("true"))  # not held
+    assert held.overlay["g"].is_held
+    assert not plain.overlay["g"].is_held
 
-    def keyed(df):
-        return sorted((r["_g"]["k"], r["v"]) for r in df.collect())
+    def keyed(rows):
+        return sorted((r["_g"]["k"], r["v"]) for r in rows.frame().collect())
 
-    assert driver_rows.held(held.current("g")) is not None
+    assert held.current("g").is_held
     assert keyed(held.current("g")) == keyed(plain.current("g")) == [(1, 10), (3, 30), (4, 40)]
     keys = frames.cut(spark.createDataFrame([((k,),) for k in (1, 2, 3)], "_g struct<k: int>"))[0]
     found = held.lookup("g", keys)
-    assert driver_rows.held(found) is not None
-    assert keyed(found) == keyed(plain.lookup("g", keys.where("true"))) == [(1, 10), (3, 30)]
+    assert found is not None and found.is_held
+    assert keyed(found) == keyed(plain.lookup("g", Rows.of_frame(keys.frame().where("true")))) \
+        == [(1, 10), (3, 30)]

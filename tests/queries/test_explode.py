@@ -21,9 +21,9 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import QueryError, add_query, table
 from strata.queries.algebra import Explode
-from strata.queries.driver_rows import from_arrow
 from strata.queries.explode import arrow_rows, spark_rows
 from strata.queries.expressions import col
+from strata.queries.rows import Rows
 from strata.queries.sql import parse_sql
 from strata.series import Series, add_series, series_stage_name
 from strata.series.normalize import explain
@@ -154,7 +154,7 @@ def test_arrow_explode_equals_spark_explode(spark, outer, position):
                      "tags": pa.array([["a", "b", "a"], None, [], ["c", None], ["d"]],
                                       pa.list_(pa.string())),
                      "_mult": pa.array([1, 1, 2, -1, 1], pa.int64())})
-    held = from_arrow(spark, pa.concat_tables([data.slice(0, 2), data.slice(2)]), ROWS)
+    held = Rows.of_arrow(spark, pa.concat_tables([data.slice(0, 2), data.slice(2)]), ROWS)
     node = Explode(parse_sql("SELECT id, tags FROM docs",
                              {"docs": {"id": "bigint", "tags": "array<string>"}}).root,
                    "tag", col("tags"), outer, position)
@@ -169,7 +169,7 @@ def test_arrow_explode_equals_spark_explode(spark, outer, position):
         want += [(2, None, None, None, 1), (3, [], None, None, 2)]
     if position is None:
         want = [(i, t, tag, m) for i, t, _, tag, m in want]
-    for frame in (fast, slow):
+    for frame in (fast.frame(), slow):
         assert sorted(map(tuple, frame.collect()), key=repr) == sorted(want, key=repr)
 
 

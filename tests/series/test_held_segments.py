@@ -14,6 +14,7 @@ from strata.cli.series import _scan_lines
 from strata.config import HELD_SEGMENT_ROWS
 from strata.controller import Controller
 from strata.queries import driver_rows
+from strata.queries.rows import Rows
 from strata.queries.sql import parse_sql
 from strata.series import Series, series_stage_name
 from strata.series.evaluate import occurrence, view_of_segment
@@ -104,7 +105,7 @@ def test_held_and_spark_epochs_mix_in_one_home_and_answer_as_duckdb(spark, tmp_p
 
 def _held(spark, table: pa.Table):
     schema = spark_schema(COLUMNS)
-    return driver_rows.from_arrow(spark, table.cast(driver_rows.arrow_schema(schema)), schema)
+    return Rows.of_arrow(spark, table.cast(driver_rows.arrow_schema(schema)), schema)
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -135,8 +136,9 @@ def test_random_series_in_arrow_equal_duckdb(spark, defs, seed):
             return driver_rows.union(parts)
 
         def read_spark(view, window, views=views):
-            return driver_rows.union([views[(view.fingerprint, j)] or view_of_segment(
-                view, spark.createDataFrame(tables[j - 1].to_pandas(), DDL)) for j in window])
+            return driver_rows.union([views[(view.fingerprint, j)] or Rows.of_frame(
+                view_of_segment(view, spark.createDataFrame(tables[j - 1].to_pandas(), DDL)))
+                for j in window]).frame()
 
         for n in plan.schedule.occurrences(range(1, SEGMENTS + 1)):
             want = canon(duckdb_answer(sql, plan.schedule.window(n), tables))

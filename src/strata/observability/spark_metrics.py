@@ -139,22 +139,22 @@ class SparkMetrics:
         self._base = self._no_log = ""
         self.source = "none"
         if not self.available:  # Spark Connect: nothing to read metrics from here
-            self._sc = None
+            self._context = None
             return
-        self._sc = getattr(spark, "sparkContext", spark)
-        log = EventLog.of(self._sc) if event_log else "event_log=False was asked for"
+        self._context = getattr(spark, "sparkContext", spark)
+        log = EventLog.of(self._context) if event_log else "event_log=False was asked for"
         if isinstance(log, EventLog):
             self._log, self.source = log, "event log"
             return
         self._no_log = log
-        ui = self._sc.uiWebUrl
+        ui = self._context.uiWebUrl
         if not ui:
             raise RuntimeError(
                 f"Spark metrics need the session's event log or its UI, and {log} and the UI "
                 "is off: create the session with get_spark(event_log_dir=DIR) (see "
                 "strata.physical.session) or spark.ui.enabled=true."
             )
-        app_id = urllib.parse.quote(self._sc.applicationId, safe="")
+        app_id = urllib.parse.quote(self._context.applicationId, safe="")
         self._base = f"{ui.rstrip('/')}/api/v1/applications/{app_id}"
         self.source = "REST API"
 
@@ -167,7 +167,7 @@ class SparkMetrics:
         from other threads are only counted if they inherit the group (Spark SQL's broadcast
         jobs do). If the block raises, the metrics stay empty. Nesting is not supported.
         """
-        sc = self._sc
+        sc = self._context
         if sc is None:  # Spark Connect: the block runs, its metrics stay empty
             yield JobMetrics()
             return
@@ -210,8 +210,8 @@ class SparkMetrics:
         wait = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + wait
         self._drain_listener_bus(wait)
-        assert self._sc is not None
-        expected = self._sc.statusTracker().getJobIdsForGroup(group_id)
+        assert self._context is not None
+        expected = self._context.statusTracker().getJobIdsForGroup(group_id)
         stage_cache: dict[int, list[dict[str, Any]]] = {}
         while True:
             if self._log is not None:
@@ -287,7 +287,7 @@ class SparkMetrics:
         """
         # Internal API: on any failure (e.g. a timeout), polling in for_group is the fallback.
         with suppress(Exception):
-            self._sc._jsc.sc().listenerBus().waitUntilEmpty(max(1, int(timeout_s * 1000)))
+            self._context._jsc.sc().listenerBus().waitUntilEmpty(max(1, int(timeout_s * 1000)))
 
 
 def _stage_final(attempt: dict[str, Any]) -> bool:

@@ -8,8 +8,8 @@ rows (docs/performance.md, "Iteration steps"). Here they run on the held Arrow t
 with :mod:`strata.queries.arrow_expr` and :mod:`strata.queries.arrow_lift`, and their
 results are held in turn. Each function returns None when it cannot — the input is not
 held, an expression or a type is outside what Arrow evaluates here, or an error (an
-overflow) is Spark's to report — and the caller runs the Spark plan instead. The session
-conf ``spark.strata.arrow=false`` turns the Arrow path off.
+overflow) is Spark's to report — and the caller runs the Spark plan instead. Whether
+they are tried at all is :func:`strata.queries.dispatch.arrow_steps`'s to say.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Row
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from strata.physical.vectorized import arrow_enabled
 from strata.queries import arrow_expr, driver_rows
 from strata.queries.algebra import Map, Nearest, Scan
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
@@ -31,34 +30,28 @@ from strata.queries.arrow_lift import aggregate, outside, split_lift
 from strata.queries.expressions import MULT, bind, to_sql
 from strata.queries.frames import spark_type
 from strata.queries.incremental import GroupPlan, answer_scope
+from strata.queries.rows import Rows
 
 
-def enabled(spark: SparkSession) -> bool:
-    """Whether steps may run in Arrow: Spark's ANSI mode (whose semantics Arrow follows
-    here) is on and ``spark.strata.arrow`` is not ``false``."""
-    return ((spark.conf.get("spark.sql.ansi.enabled", "true") or "true").lower() == "true"
-            and arrow_enabled(spark))
+def _held(df: Rows, table: pa.Table) -> Rows:
+    return Rows.of_arrow(df.spark, table, from_arrow_schema(table.schema))
 
 
-def _held(df: DataFrame, table: pa.Table) -> DataFrame:
-    return driver_rows.from_arrow(df.sparkSession, table, from_arrow_schema(table.schema))
-
-
-def renamed(df: DataFrame, names: dict[str, str]) -> DataFrame | None:
+def renamed(df: Rows, names: dict[str, str]) -> Rows | None:
     """``df``'s columns ``names`` (old → new) and ``_mult``, if ``df`` is held."""
-    table = driver_rows.held(df)
+    table = df.arrow()
     if table is None:
         return None
     out = table.select([*names, MULT]).rename_columns([*names.values(), MULT])
     fields = {f.name: f for f in df.schema.fields}
     schema = StructType([*(StructField(new, fields[old].dataType, True)
                            for old, new in names.items()), fields[MULT]])
-    return driver_rows.from_arrow(df.sparkSession, out, schema)
+    return Rows.of_arrow(df.spark, out, schema)
 
 
-def mapped(node: Map, d: DataFrame) -> DataFrame | None:
+def mapped(node: Map, d: Rows) -> Rows | None:
     """``node``'s filter and projection of held rows ``d`` (``_mult`` kept)."""
-    table = driver_rows.held(d)
+    table = d.arrow()
     if table is None:
         return None
     try:
@@ -66,18 +59,18 @@ def mapped(node: Map, d: DataFrame) -> DataFrame | None:
             cond, _ = arrow_expr.evaluate(to_sql(node.where), table)
             table = table.filter(pc.fill_null(cond, False))
         if node.outputs is None:
-            return driver_rows.from_arrow(d.sparkSession, table, d.schema)
+            return Rows.of_arrow(d.spark, table, d.schema)
         out = arrow_expr.evaluate_all({n: to_sql(e) for n, e in node.outputs}, table)
     except Unsupported:
         return None
     return _held(d, out.append_column(table.schema.field(MULT), table.column(MULT)))
 
 
-def nearest(node: Nearest, rows: DataFrame, centers: Sequence[Row]) -> DataFrame | None:
+def nearest(node: Nearest, rows: Rows, centers: Sequence[Row]) -> Rows | None:
     """Held ``rows`` each with its nearest of ``centers`` (the right side's rows): the
     centre minimizing ``node.distance``, NULL counting as infinitely far and ties going
     to the earlier centre, as the Spark plan's ``least(struct(distance, i))`` picks."""
-    table = driver_rows.held(rows)
+    table = rows.arrow()
     assert isinstance(node.right, Scan)  # the algebra's nearest joins a scanned flow
     right = list(node.right.schema)
     prefixed = [node.right.prefix + c for c in right]
@@ -111,24 +104,24 @@ def nearest(node: Nearest, rows: DataFrame, centers: Sequence[Row]) -> DataFrame
     fields = {f.name: f for f in rows.schema.fields}
     schema = StructType([*(fields.get(c) or StructField(c, spark_type(node.columns[c]))
                            for c in node.columns), fields[MULT]])
-    return driver_rows.from_arrow(rows.sparkSession, out, schema)
+    return Rows.of_arrow(rows.spark, out, schema)
 
 
-def negated(df: DataFrame) -> DataFrame | None:
+def negated(df: Rows) -> Rows | None:
     """Held ``df`` with ``_mult`` negated (its rows retracted)."""
-    table = driver_rows.held(df)
+    table = df.arrow()
     if table is None:
         return None
     i = table.schema.get_field_index(MULT)
-    return driver_rows.from_arrow(df.sparkSession, table.set_column(
+    return Rows.of_arrow(df.spark, table.set_column(
         i, table.schema.field(MULT), pc.negate(table.column(MULT))), df.schema)
 
 
-def lifted(plan: GroupPlan, d: DataFrame) -> DataFrame | None:
+def lifted(plan: GroupPlan, d: Rows) -> Rows | None:
     """``h`` of held rows ``d``: per group (``_g``, a struct of its keys) each part's lift,
     when every part is ``sum``, ``min`` or ``max`` of an expression Arrow evaluates and no
     key is a double (Spark groups -0.0 with 0.0 and every NaN together; Arrow does not)."""
-    table = driver_rows.held(d)
+    table = d.arrow()
     if table is None:
         return None
     node = plan.node
@@ -175,13 +168,13 @@ def lifted(plan: GroupPlan, d: DataFrame) -> DataFrame | None:
     return _held(d, out)
 
 
-def merged(plan: GroupPlan, h: DataFrame, state: DataFrame | None,
-           ) -> tuple[DataFrame, DataFrame] | None:
+def merged(plan: GroupPlan, h: Rows, state: Rows | None,
+           ) -> tuple[Rows, Rows] | None:
     """A step's group-by merge in Arrow: held ``h`` (touched groups) merged with their held
     ``state`` rows (None: no state yet) by ``⊗``, answered by ``a``. The new state rows
     (``_g``, parts, outputs, ``_keep``) and the group-by's changes (old answers out, new
     in), as the Spark plan of ``Evaluator._group`` computes them."""
-    d, s = driver_rows.held(h), driver_rows.held(state) if state is not None else None
+    d, s = h.arrow(), state.arrow() if state is not None else None
     if d is None or (state is not None and s is None):
         return None
     node, outputs = plan.node, [n for n, _ in plan.node.outputs]
@@ -243,11 +236,11 @@ def merged(plan: GroupPlan, h: DataFrame, state: DataFrame | None,
     return _held(h, rows), _held(h, changes)
 
 
-def keyed(columns: Mapping[str, str], key: Sequence[str], rows: DataFrame,
-          ) -> DataFrame | None:
+def keyed(columns: Mapping[str, str], key: Sequence[str], rows: Rows,
+          ) -> Rows | None:
     """Held ``rows`` that insert (``_mult`` > 0) as rows of an iterate with ``columns``
     (name → Spark type) and ``key``: ``_g`` (its key), its columns cast, ``_keep``."""
-    table = driver_rows.held(rows)
+    table = rows.arrow()
     if table is None:
         return None
     table = table.filter(pc.greater(table.column(MULT), 0))
@@ -264,13 +257,13 @@ def keyed(columns: Mapping[str, str], key: Sequence[str], rows: DataFrame,
     return _held(rows, out)
 
 
-def moves(new: DataFrame, old: DataFrame | None, columns: Mapping[str, str],
-          tolerance: float) -> tuple[DataFrame, DataFrame | None] | None:
+def moves(new: Rows, old: Rows | None, columns: Mapping[str, str],
+          tolerance: float) -> tuple[Rows, Rows | None] | None:
     """Of held iterate rows ``new``, those that moved — new keys, or a column further
     than ``tolerance`` (floats) or different (others) from its ``old`` row — and the old
     rows they replace (None when there is no ``old``)."""
-    n = driver_rows.held(new)
-    o = driver_rows.held(old) if old is not None else None
+    n = new.arrow()
+    o = old.arrow() if old is not None else None
     if n is None or (old is not None and o is None):
         return None
     if o is None:
@@ -298,16 +291,16 @@ def moves(new: DataFrame, old: DataFrame | None, columns: Mapping[str, str],
         old_rows = o.filter(pc.and_(had, moved)).select(n.column_names).cast(n.schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
         return None
-    return (driver_rows.from_arrow(new.sparkSession, n.filter(moved), new.schema),
-            driver_rows.from_arrow(new.sparkSession, old_rows,
+    return (Rows.of_arrow(new.spark, n.filter(moved), new.schema),
+            Rows.of_arrow(new.spark, old_rows,
                                    StructType([schema[c] for c in n.column_names])))
 
 
-def with_lineage(d: DataFrame, cols: Sequence[str], types: Sequence[str],
-                 lineage: Sequence[str]) -> DataFrame | None:
+def with_lineage(d: Rows, cols: Sequence[str], types: Sequence[str],
+                 lineage: Sequence[str]) -> Rows | None:
     """Held join input ``d`` without rows whose key ``cols`` has a NULL, with each key
     column cast to the join's common type as lineage column ``lineage[i]``."""
-    table = driver_rows.held(d)
+    table = d.arrow()
     if table is None:
         return None
     ok = pa.repeat(pa.scalar(True), table.num_rows)

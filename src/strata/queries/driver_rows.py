@@ -1,33 +1,26 @@
-"""Rows the driver holds as Arrow behind a DataFrame, combined without Spark jobs.
+"""Rows the driver holds as Arrow, combined without Spark jobs.
 
 An iteration's steps pass small tables from one to the next: what a group-by merged,
 the overlay of upserted keys, the iterate's change. :func:`~strata.queries.frames.cut`
-brings such a table to the driver once; its DataFrame is then a local relation that
-Spark plans around without a job, and this module remembers the Arrow table behind it.
-Projections, unions and keyed replacements of held tables run here in Arrow, where a
-Spark job over local relations, planned and run, cost about 0.2 s each, several times
-per step (docs/performance.md, "Iteration steps"). Anything not held falls back to the
-DataFrame operation, so callers need not know which they got.
+brings such a table to the driver once, as a :class:`~strata.queries.rows.Rows`
+holding it. Projections, unions and keyed replacements of held tables run here in Arrow,
+where a Spark job over local relations, planned and run, cost about 0.2 s each, several
+times per step (docs/performance.md, "Iteration steps"). Anything not held falls back to
+the DataFrame operation, so callers need not know which they got.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from py4j.java_gateway import JavaObject
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from strata.physical.session import is_connect
-
-_HELD: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
+from strata.queries.rows import Rows
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -36,66 +29,14 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
-    """A local DataFrame of ``table`` (whose columns are ``schema``'s), remembered as held.
-    On classic Spark the rows go to the JVM only when a Spark plan first uses them: a
-    step's tables that only Arrow operations read never make that trip (about 10–40 ms
-    each, dozens of times per step)."""
-    df = spark.createDataFrame(_nonempty_batches(table), schema=schema) \
-        if is_connect(spark) else _LazyFrame(spark, table, schema)
-    _HELD[df] = table
-    return df
-
-
-def _nonempty_batches(table: pa.Table) -> pa.Table:
-    """``table`` without its empty record batches: PySpark's ``createDataFrame`` of an
-    Arrow table whose first batches are empty gives no rows at all (PySpark 4.1;
-    ``tests/queries/test_driver_rows.py``)."""
-    batches = [b for b in table.to_batches() if b.num_rows]
-    if not batches:  # no rows: one empty chunk per column (PySpark cannot convert a
-        return table.schema.empty_table()  # nested column of no chunks)
-    return pa.Table.from_batches(batches, schema=table.schema)
-
-
-class _LazyFrame(ClassicDataFrame):
-    """A classic DataFrame of rows the driver holds whose JVM side is made on first use.
-
-    It sets what ``DataFrame.__init__`` sets except ``_jdf``, a property here; its
-    ``schema`` is known without asking the JVM."""
-
-    def __init__(self, spark: SparkSession, table: pa.Table, schema: StructType) -> None:
-        self._session = spark
-        self._sc = spark.sparkContext
-        self.is_cached = False
-        self._support_repr_html = False
-        self.__dict__["schema"] = schema  # DataFrame.schema is a cached_property
-        self._rows: tuple[pa.Table, StructType] | None = (table, schema)
-        self._made: JavaObject | None = None
-
-    @property
-    def _jdf(self) -> JavaObject:
-        if self._made is None:
-            assert self._rows is not None
-            table, schema = self._rows
-            self._made = self._session.createDataFrame(_nonempty_batches(table),
-                                                       schema=schema)._jdf
-            self._rows = None
-        return self._made
-
-
-def held(df: DataFrame) -> pa.Table | None:
-    """The Arrow rows behind ``df`` if it was made by :func:`from_arrow`, else None."""
-    return _HELD.get(df)
-
-
-def select(df: DataFrame, columns: Sequence[str],
-           constants: Mapping[str, int] | None = None) -> DataFrame:
+def select(df: Rows, columns: Sequence[str],
+           constants: Mapping[str, int] | None = None) -> Rows:
     """``df``'s ``columns``, then a bigint column per ``constants`` entry."""
     constants = dict(constants or {})
-    table = held(df)
+    table = df.arrow()
     if table is None:
-        return df.select(*[F.col(f"`{c}`") for c in columns],
-                         *[F.lit(v).cast("bigint").alias(n) for n, v in constants.items()])
+        return Rows.of_frame(df.frame().select(*[F.col(f"`{c}`") for c in columns],
+                         *[F.lit(v).cast("bigint").alias(n) for n, v in constants.items()]))
     fields = {f.name: f for f in df.schema.fields}
     out = table.select(list(columns))
     for name, value in constants.items():
@@ -103,12 +44,12 @@ def select(df: DataFrame, columns: Sequence[str],
                                 pa.repeat(pa.scalar(value, pa.int64()), out.num_rows))
     schema = StructType([*(fields[c] for c in columns),
                          *(StructField(n, LongType(), False) for n in constants)])
-    return from_arrow(df.sparkSession, out, schema)
+    return Rows.of_arrow(df.spark, out, schema)
 
 
-def union(frames: Sequence[DataFrame]) -> DataFrame:
+def union(frames: Sequence[Rows]) -> Rows:
     """The rows of all ``frames`` (by column name, as ``unionByName``)."""
-    held_tables = [held(f) for f in frames]
+    held_tables = [f.arrow() for f in frames]
     tables = [t for t in held_tables if t is not None]
     names = frames[0].columns
     if len(frames) > 1 and len(tables) == len(frames) and \
@@ -116,37 +57,42 @@ def union(frames: Sequence[DataFrame]) -> DataFrame:
         schema = _nullable(tables[0].select(names).schema)
         out = pa.concat_tables([t.select(names).cast(schema) for t in tables])
         schemas = [StructType([f.schema[c] for c in names]) for f in frames]
-        return from_arrow(frames[0].sparkSession, out, _loosest(schemas))
-    out = frames[0]
+        return Rows.of_arrow(frames[0].spark, out, _loosest(schemas))
+    if len(frames) == 1:
+        return frames[0]
+    out = frames[0].frame()
     for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+        out = out.unionByName(f.frame())
+    return Rows.of_frame(out)
 
 
-def fields_of(df: DataFrame, column: str, where: str | None = None) -> DataFrame:
+def fields_of(df: Rows, column: str, where: str | None = None) -> Rows:
     """The fields of struct ``column`` as columns (``select("column.*")``), of the rows
     where boolean column ``where`` is true if it is given."""
-    table = held(df)
+    table = df.arrow()
     if table is None:
-        return (df.where(F.col(f"`{where}`")) if where else df).select(f"`{column}`.*")
+        f = df.frame()
+        return Rows.of_frame((f.where(F.col(f"`{where}`")) if where else f)
+                                 .select(f"`{column}`.*"))
     if where:
         table = table.filter(table.column(where))
     schema = df.schema[column].dataType
     assert isinstance(schema, StructType)
     rows = pa.Table.from_struct_array(table.column(column).combine_chunks())
-    return from_arrow(df.sparkSession, rows, schema)
+    return Rows.of_arrow(df.spark, rows, schema)
 
 
-def with_live(df: DataFrame, count: str | None, name: str = "_live") -> DataFrame:
+def with_live(df: Rows, count: str | None, name: str = "_live") -> Rows:
     """``df`` with a boolean column ``name``: whether column ``count`` is not 0 (null
     where it is null), or true for every row if ``count`` is None."""
-    table = held(df)
+    table = df.arrow()
     if table is None:
-        return df.withColumn(name, F.col(f"`{count}`") != 0 if count else F.lit(True))
+        return Rows.of_frame(df.frame().withColumn(
+            name, F.col(f"`{count}`") != 0 if count else F.lit(True)))
     live = (pc.not_equal(table.column(count), 0) if count
             else pa.repeat(pa.scalar(True), table.num_rows))
     schema = StructType([*df.schema.fields, StructField(name, BooleanType())])
-    return from_arrow(df.sparkSession, table.append_column(name, live), schema)
+    return Rows.of_arrow(df.spark, table.append_column(name, live), schema)
 
 
 def groupable(t: pa.DataType) -> bool:
@@ -157,11 +103,11 @@ def groupable(t: pa.DataType) -> bool:
             or pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
-def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None:
+def replace_by_key(old: Rows, new: Rows, key: str) -> Rows | None:
     """Keyed rows: ``old``'s rows whose struct column ``key`` is not in ``new``, then
     ``new``'s rows, computed in Arrow (both have one row per key); None unless both are
     held, have the same columns and ``key``'s fields are all of groupable types."""
-    a, b = held(old), held(new)
+    a, b = old.arrow(), new.arrow()
     if a is None or b is None or old.columns != new.columns or a.schema.types != b.schema.types:
         return None
     key_type = a.schema.field(key).type
@@ -176,7 +122,7 @@ def replace_by_key(old: DataFrame, new: DataFrame, key: str) -> DataFrame | None
     last = index.group_by([f"k{i}" for i in range(key_type.num_fields)],
                           use_threads=False).aggregate([("i", "max")]).column("i_max")
     keep = pc.take(last, pc.sort_indices(last))  # the rows kept, in their order
-    return from_arrow(old.sparkSession, both.take(keep), _loosest([old.schema, new.schema]))
+    return Rows.of_arrow(old.spark, both.take(keep), _loosest([old.schema, new.schema]))
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:
@@ -246,12 +192,12 @@ def match(left: Sequence[pa.Array], right: Sequence[pa.Array], how: str,
     return out.take(pc.sort_indices(out, [("__l", "ascending")]))
 
 
-def netted(frames: Sequence[DataFrame], mult: str = "_mult") -> DataFrame | None:
+def netted(frames: Sequence[Rows], mult: str = "_mult") -> Rows | None:
     """The rows of held ``frames`` with equal rows' multiplicities (column ``mult``)
     added up and rows that cancel dropped; None unless all are held with the same
     columns of types Arrow groups by. Only identical values merge, so this never merges
     rows Spark would tell apart."""
-    tables = [held(f) for f in frames]
+    tables = [f.arrow() for f in frames]
     if any(t is None for t in tables) or len({tuple(f.columns) for f in frames}) != 1:
         return None
     both = pa.concat_tables([t.cast(_nullable(tables[0].schema))  # type: ignore[union-attr]
@@ -263,5 +209,5 @@ def netted(frames: Sequence[DataFrame], mult: str = "_mult") -> DataFrame | None
     sums = both.group_by(keys, use_threads=False).aggregate([(mult, "sum")])
     sums = pa.table({**{k: sums[k] for k in keys}, mult: sums[f"{mult}_sum"]})
     out = sums.filter(pc.not_equal(sums.column(mult), 0)).select(both.column_names)
-    return from_arrow(frames[0].sparkSession, out.cast(both.schema),
+    return Rows.of_arrow(frames[0].spark, out.cast(both.schema),
                       _loosest([f.schema for f in frames]))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,14 +17,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
-from strata import config
 from strata.model.errors import StrataError
-from strata.queries import arrow_step, driver_rows, explode, outer_join, window_functions
+from strata.queries import arrow_step, dispatch, driver_rows, explode, outer_join, window_functions
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
+from strata.queries.dispatch import EvalMode
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.frames import cut, empty_frame, local_rows, spark_type
 from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.storage.increments import Increment, read_table
 
@@ -33,23 +33,6 @@ if TYPE_CHECKING:
     from strata.queries.program import QueryProgram
 
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
-
-
-class EvalMode(Enum):
-    """How an :class:`Evaluator` merges changes into state."""
-
-    EPOCH = "epoch"
-    """One pass: a group-by merges its changes with its whole state (a full outer join),
-    join inputs are appended, and results used twice are cached."""
-    DIFFUSION = "diffusion"
-    """An iteration's steps: a group-by merges only the groups a step touches (a right
-    outer join with the state, the paper's diffusion) into an overlay, join inputs are
-    held back, and :meth:`Evaluator.flush` merges everything into the tables once."""
-    DRIVER = "driver"
-    """One pass over a small increment and small state, as a diffusion of one step: the
-    driver reads the increment and the tables with pyarrow and runs the operators in
-    Arrow where it can (Spark where it cannot), then :meth:`Evaluator.flush` stages the
-    tables (docs/performance.md, "Small epochs in the driver")."""
 
 
 class Evaluator:
@@ -61,22 +44,22 @@ class Evaluator:
     def __init__(self, program: QueryProgram, spark: SparkSession, tables: QueryTables,
                  inputs: Mapping[str, Increment | Sequence[Increment]], *,
                  mode: EvalMode = EvalMode.EPOCH,
-                 frames: Mapping[str, DataFrame] | None = None,
+                 frames: Mapping[str, DataFrame | Rows] | None = None,
                  whole: Mapping[str, str] | None = None) -> None:
         self.program, self.spark, self.tables, self.inputs = program, spark, tables, inputs
         self.mode = mode
-        self._frames: dict[str, DataFrame] = dict(frames or {})
+        self._frames: dict[str, Rows] = {k: Rows.of_frame(v) for k, v in (frames or {}).items()}
         self._whole: dict[str, str] = dict(whole or {})
         self._deferred = mode is not EvalMode.EPOCH  # until flushed
         self._only: str | None = None  # when set: subtrees not reading this flow are quiet
         self._cached: list[DataFrame] = []
-        self._held: dict[str, list[DataFrame]] = {}  # join inputs appended when flushed
+        self._held: dict[str, list[Rows]] = {}  # join inputs appended when flushed
         self._lineage: dict[str, list[str]] = {}  # a held join input's lineage columns
-        self._assigned: dict[int, tuple[DataFrame, DataFrame | None]] = {}
+        self._assigned: dict[int, tuple[Rows, Rows | None]] = {}
         # whether operators over rows the driver holds run in Arrow where they can
-        self.arrow = mode is not EvalMode.EPOCH and arrow_step.enabled(spark)
+        self.arrow = mode is not EvalMode.EPOCH and dispatch.arrow_steps(spark)
 
-    def step(self, frames: Mapping[str, DataFrame], only: str | None = None) -> None:
+    def step(self, frames: Mapping[str, Rows], only: str | None = None) -> None:
         """Start a step of a diffusion: ``frames`` are the changes given directly, and
         with ``only`` every subtree that does not read that flow is quiet (unchanged)."""
         if self.mode is not EvalMode.DIFFUSION:
@@ -101,15 +84,14 @@ class Evaluator:
             # a step retracts what an earlier step inserted: held rows cancel here
             delta = driver_rows.netted(frames) if self.arrow else None
             if delta is None:
-                delta = frames[0]
-                for f in frames[1:]:
-                    delta = delta.unionByName(f)
+                delta = frames[0] if len(frames) == 1 else Rows.of_frame(functools.reduce(
+                    DataFrame.unionByName, [f.frame() for f in frames]))
             if not (self.arrow and self._compact_held(name, delta)):
                 self._append(name, delta, self._lineage[name])
         self._held.clear()
         self.tables.flush_overlays()
 
-    def _compact_held(self, name: str, delta: DataFrame) -> bool:
+    def _compact_held(self, name: str, delta: Rows) -> bool:
         """Stage join input ``name`` rewritten with ``delta``, netted in Arrow, if it is due
         for compaction and small enough to read here; whether it was."""
         if not self.tables.needs_compaction(name):
@@ -117,14 +99,14 @@ class Evaluator:
         stored = self.tables.arrow(name)
         if stored is None:
             return False
-        whole = driver_rows.netted([driver_rows.from_arrow(self.spark, stored,
-                                                           self.tables.schema(name)), delta])
+        whole = driver_rows.netted([Rows.of_arrow(self.spark, stored,
+                                                  self.tables.schema(name)), delta])
         if whole is None:
             return False
         self.tables.stage(name, whole, self._lineage[name], "replace")
         return True
 
-    def changes(self, node: Node) -> DataFrame:
+    def changes(self, node: Node) -> Rows:
         """The rows ``node``'s result gains (``_mult`` > 0) and loses (< 0) this epoch."""
         if self._only is not None and self._only not in scanned(node):
             return self._empty(node)
@@ -135,13 +117,14 @@ class Evaluator:
         if isinstance(node, Map):
             d = self.changes(node.child)
             held = arrow_step.mapped(node, d) if self.arrow else None
-            if held is not None:
-                return held
+            if held is not None or (node.where is None and node.outputs is None):
+                return held or d
+            df = d.frame()
             if node.where is not None:
-                d = d.where(F.expr(to_sql(node.where)))
+                df = df.where(F.expr(to_sql(node.where)))
             if node.outputs is not None:
-                d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
-            return d
+                df = df.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
+            return Rows.of_frame(df)
         if isinstance(node, Join):
             return self._join(self.program.inc.joins[id(node)],
                               self.changes(node.left), self.changes(node.right))
@@ -152,44 +135,47 @@ class Evaluator:
         if isinstance(node, Explode):
             d = self.changes(node.child)
             held = explode.arrow_rows(node, d) if self.arrow else None
-            return held if held is not None else explode.spark_rows(node, d)
+            return held if held is not None else Rows.of_frame(
+                explode.spark_rows(node, d.frame()))
         if isinstance(node, Windowed):
-            return window_functions.changes(self, self.program.inc.windows[id(node)],
-                                            self.changes(node.child))
+            return Rows.of_frame(window_functions.changes(
+                self, self.program.inc.windows[id(node)], self.changes(node.child).frame()))
         raise StrataError(f"cannot run query operator {type(node).__name__}")
 
-    def _empty(self, node: Node) -> DataFrame:
+    def _empty(self, node: Node) -> Rows:
         ddl = ", ".join([*(f"`{c}` {t}" for c, t in node.columns.items()), f"{MULT} bigint"])
         return empty_frame(self.spark, ddl)
 
-    def _scan(self, node: Scan) -> DataFrame:
+    def _scan(self, node: Scan) -> Rows:
         if node.flow in self._frames:
-            df = self._frames[node.flow]
+            rows = self._frames[node.flow]
         else:  # held (read by the driver) when operators may run in Arrow
-            df = self.held_flow_rows(node.flow) if self.arrow else None
-            if df is None:
+            held_rows = self.held_flow_rows(node.flow) if self.arrow else None
+            if held_rows is not None:
+                rows = held_rows
+            else:
                 df = self.flow_rows(node.flow)
-                if self.arrow:
-                    df = cut(df)[0]
+                rows = cut(df)[0] if self.arrow else Rows.of_frame(df)
         names = {c: node.prefix + c for c in node.schema}
-        held = arrow_step.renamed(df, names) if self.arrow else None
+        held = arrow_step.renamed(rows, names) if self.arrow else None
         if held is not None:
             return held
-        return df.select(*[F.col(f"`{c}`").alias(n) for c, n in names.items()], MULT)
+        return Rows.of_frame(rows.frame().select(
+            *[F.col(f"`{c}`").alias(n) for c, n in names.items()], MULT))
 
     def _files(self, flow: str) -> list[str]:
         incs = self.inputs.get(flow, ())
         return [f for inc in ([incs] if isinstance(incs, Increment) else incs)
                 for f in inc.files]
 
-    def held_flow_rows(self, flow: str) -> DataFrame | None:
+    def held_flow_rows(self, flow: str) -> Rows | None:
         """:meth:`flow_rows` read by the driver with pyarrow and held (no Spark job), if
         the increment has at most ``spark.strata.query.driverRows`` rows and its types read as Spark
         reads them; else None."""
         schema = spark_type(self.program.flow_ddl[flow])
         try:
             table = read_table(self._files(flow), driver_rows.arrow_schema(schema),
-                               config.conf(self.spark, config.QUERY_DRIVER_ROWS))
+                               dispatch.driver_rows(self.spark))
         except (OSError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return None
         if table is None:
@@ -198,7 +184,7 @@ class Evaluator:
                 else pa.array(np.ones(table.num_rows, np.int64)))
         fields = [f for f in schema.fields if f.name != MULT]
         table = table.select([f.name for f in fields]).append_column(MULT, mult)
-        return driver_rows.from_arrow(self.spark, table, StructType(
+        return Rows.of_arrow(self.spark, table, StructType(
             [*fields, StructField(MULT, LongType(), MULT in schema.fieldNames())]))
 
     def flow_rows(self, flow: str) -> DataFrame:
@@ -207,7 +193,7 @@ class Evaluator:
         files = self._files(flow)
         ddl = self.program.flow_ddl[flow]
         df = (self.spark.read.schema(ddl).parquet(*files) if files
-              else empty_frame(self.spark, ddl))
+              else empty_frame(self.spark, ddl).frame())
         if MULT in df.columns:
             return df.withColumn(MULT, F.col(MULT).cast("bigint"))
         return df.withColumn(MULT, F.lit(1).cast("bigint"))
@@ -220,7 +206,7 @@ class Evaluator:
         return df if self._deferred else self.cache(df)
 
     # -- join ------------------------------------------------------------------------------
-    def _join(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame) -> DataFrame:
+    def _join(self, plan: JoinPlan, left_rows: Rows, right_rows: Rows) -> Rows:
         node = plan.node
         types = [widest([node.left.columns[a], node.right.columns[b]]) for a, b in node.on]
 
@@ -240,9 +226,11 @@ class Evaluator:
                 for c, t, j in zip(cols, types, lineage, strict=True)])
 
         outer = node.how == "left"
-        held = self._join_held(plan, dl, dr, types, lineage) if self.arrow else None
+        held = self._join_held(plan, left_rows, right_rows, types, lineage) \
+            if self.arrow else None
         if held is not None:
             return held
+        dl, dr = left_rows.frame(), right_rows.frame()
         unkeyed = dl.where(~known(node.left_keys)) if outer else None
         dl, dr = keyed(dl, node.left_keys), keyed(dr, node.right_keys)
         left, right = self.tables.read(f"{plan.name}_left"), self.tables.read(
@@ -268,9 +256,9 @@ class Evaluator:
         # rows held back by earlier steps of this epoch (joined apart, so that the
         # bucketed tables above are still read where they lie)
         if not quiet_l:
-            parts += [pair(dl, r) for r in self._held.get(f"{plan.name}_right", [])]
+            parts += [pair(dl, r.frame()) for r in self._held.get(f"{plan.name}_right", [])]
         if not quiet_r:
-            parts += [pair(lh, dr) for lh in self._held.get(f"{plan.name}_left", [])]
+            parts += [pair(lh.frame(), dr) for lh in self._held.get(f"{plan.name}_left", [])]
         if outer:
             assert unkeyed is not None
             parts.append(outer_join.padded(plan.node, dl, dr, unkeyed, left, right,
@@ -280,11 +268,11 @@ class Evaluator:
             out = out.unionByName(p)
         out = self.materialize(out)
         for side, delta in (("left", dl), ("right", dr)):
-            self._append(f"{plan.name}_{side}", delta, lineage)
-        return out
+            self._append(f"{plan.name}_{side}", Rows.of_frame(delta), lineage)
+        return Rows.of_frame(out)
 
-    def _join_held(self, plan: JoinPlan, dl: DataFrame, dr: DataFrame, types: list[str],
-                   lineage: list[str]) -> DataFrame | None:
+    def _join_held(self, plan: JoinPlan, dl: Rows, dr: Rows, types: list[str],
+                   lineage: list[str]) -> Rows | None:
         """A step's join in Arrow: both sides' changes held, the stored inputs small and
         the inputs held back this epoch held too; else None."""
         node = plan.node
@@ -292,13 +280,13 @@ class Evaluator:
         kr = arrow_step.with_lineage(dr, node.right_keys, types, lineage)
         if kl is None or kr is None:
             return None
-        a, b = driver_rows.held(kl), driver_rows.held(kr)
+        a, b = kl.arrow(), kr.arrow()
         assert a is not None and b is not None
         sides: dict[str, list[pa.Table]] = {}
         for side in ("left", "right"):
             name = f"{plan.name}_{side}"
             stored = self.tables.arrow(name) if self.tables.has(name) else None
-            extra = [driver_rows.held(f) for f in self._held.get(name, [])]
+            extra = [f.arrow() for f in self._held.get(name, [])]
             if (self.tables.has(name) and stored is None) or any(e is None for e in extra):
                 return None
             sides[side] = [t for t in (stored, *extra) if t is not None]
@@ -312,7 +300,7 @@ class Evaluator:
         schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
         arrow_schema = driver_rows.arrow_schema(schema)
         if node.how == "left":
-            rows = driver_rows.held(dl)
+            rows = dl.arrow()
             assert rows is not None  # held, as with_lineage found
             no_key = pc.is_null(rows.column(node.left_keys[0]))
             for c in node.left_keys[1:]:
@@ -328,9 +316,9 @@ class Evaluator:
             return None  # types Spark would reconcile: its plan does
         for side, delta in (("left", kl), ("right", kr)):
             self._append(f"{plan.name}_{side}", delta, lineage)
-        return driver_rows.from_arrow(self.spark, out, schema)
+        return Rows.of_arrow(self.spark, out, schema)
 
-    def _append(self, name: str, delta: DataFrame, lineage: list[str]) -> None:
+    def _append(self, name: str, delta: Rows, lineage: list[str]) -> None:
         """Append a join input's increment to its table; when the table has many files,
         first rewrite it with rows netted (a delete cancels its insert), bucket by bucket."""
         if self._deferred:
@@ -349,7 +337,7 @@ class Evaluator:
         self.tables.stage(name, delta, lineage, "append")  # bucketed where it is: no shuffle
 
     # -- nearest join ----------------------------------------------------------------------
-    def _nearest(self, node: Nearest, d: DataFrame) -> DataFrame:
+    def _nearest(self, node: Nearest, d: Rows) -> Rows:
         """This epoch's rows assigned to the nearest current center. A later step of the
         epoch re-assigns them: it retracts the previous assignment and inserts the new."""
         rows, before = self._assigned.get(id(node), (None, None))
@@ -358,10 +346,11 @@ class Evaluator:
         assert isinstance(node.right, Scan)
         centers = self.tables.current(self._whole[node.right.flow])
         cols = list(node.right.schema)
-        held = driver_rows.held(centers) if centers is not None else None
+        held = centers.arrow() if centers is not None else None
         got: Sequence[Any] = (
             held.select(cols).slice(0, MAX_CENTERS + 1).to_pylist() if held is not None
-            else centers.select(*cols).limit(MAX_CENTERS + 1).collect() if centers else [])
+            else centers.frame().select(*cols).limit(MAX_CENTERS + 1).collect() if centers
+            else [])
         if len(got) > MAX_CENTERS:
             raise StrataError(f"a nearest join compares each row with every center; "
                               f"{node.right.flow} has more than {MAX_CENTERS}")
@@ -383,33 +372,35 @@ class Evaluator:
                 [(i, *[r[c] for c in cols]) for i, r in enumerate(got)],
                 ", ".join(["`_i` int", *(f"`{p}` {node.right.columns[p]}"
                                           for p in prefixed)]))
-            now = (rows.withColumn("_i", pick).join(F.broadcast(table), "_i")
-                   .select(*node.columns, MULT))
+            now = Rows.of_frame(rows.frame().withColumn("_i", pick)
+                                .join(F.broadcast(table), "_i").select(*node.columns, MULT))
         now = cut(now)[0]
         self._assigned[id(node)] = (rows, now)
         if before is None:
             return now
         retracted = arrow_step.negated(before)
         if retracted is None:
-            retracted = before.withColumn(MULT, -F.col(MULT))
+            retracted = Rows.of_frame(before.frame().withColumn(MULT, -F.col(MULT)))
         return driver_rows.union([now, retracted])
 
     # -- group-by --------------------------------------------------------------------------
-    def _group(self, plan: GroupPlan, d: DataFrame) -> DataFrame:
+    def _group(self, plan: GroupPlan, d: Rows) -> Rows:
         node = plan.node
-        h = arrow_step.lifted(plan, d) if self.arrow else None
-        if h is None:
-            h = lift(plan, d)
+        lifted = arrow_step.lifted(plan, d) if self.arrow else None
+        h_rows = lifted if lifted is not None else Rows.of_frame(lift(plan, d.frame()))
         outputs = [n for n, _ in node.outputs]
+        state_rows: Rows | None = None
         if self._deferred:  # only the groups this step touches, found by the held ``h``
-            h = cut(h)[0]
-            state = self.tables.lookup(plan.name, driver_rows.select(h, ["_g"]))
-            done = arrow_step.merged(plan, h, state) if self.arrow else None
+            h_rows = cut(h_rows)[0]
+            state_rows = self.tables.lookup(plan.name, driver_rows.select(h_rows, ["_g"]))
+            done = arrow_step.merged(plan, h_rows, state_rows) if self.arrow else None
             if done is not None:
                 self.tables.upsert(plan.name, done[0], count="_cnt")
                 return done[1]
+            state = None if state_rows is None else state_rows.frame()
         else:
             state = self.tables.read(plan.name)
+        h = h_rows.frame()
         if state is None:  # no state yet: an empty table of the same shape
             empty = h.select("*", *[F.lit(None).cast(spark_type(node.columns[o])).alias(o)
                                     for o in outputs], F.lit(False).alias("_keep")).limit(0)
@@ -431,11 +422,13 @@ class Evaluator:
         if node.having is not None:
             keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
         m = m.withColumn("_keep", keep)
-        m = cut(m)[0] if self._deferred else self.materialize(m)
         state_cols = ["_g", *[p.name for p in plan.parts], *outputs, "_keep"]
         if self._deferred:
-            self.tables.upsert(plan.name, driver_rows.select(m, state_cols), count="_cnt")
+            m_rows = cut(m)[0]
+            self.tables.upsert(plan.name, driver_rows.select(m_rows, state_cols), count="_cnt")
+            m = m_rows.frame()
         else:
+            m = self.materialize(m)
             self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],
                               "replace")
         same = F.lit(True)
@@ -447,7 +440,7 @@ class Evaluator:
             .alias(MULT))
         insert = touched.where(F.col("_keep") & ~(F.col("_old_keep") & same)).select(
             *[F.col(f"`{o}`") for o in outputs], F.lit(1).cast("bigint").alias(MULT))
-        return self.materialize(retract.unionByName(insert))
+        return Rows.of_frame(self.materialize(retract.unionByName(insert)))
 
 
 def lift(plan: GroupPlan, d: DataFrame, by: Sequence[str] = (),

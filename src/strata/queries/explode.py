@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 from sqlglot import exp
 
-from strata.queries import driver_rows
 from strata.queries.algebra import Explode
 from strata.queries.expressions import MULT, to_sql
+from strata.queries.rows import Rows
 
 
 def spark_rows(node: Explode, d: DataFrame) -> DataFrame:
@@ -33,10 +33,10 @@ def spark_rows(node: Explode, d: DataFrame) -> DataFrame:
                     *([F.col(MULT)] if MULT in d.columns else []))
 
 
-def arrow_rows(node: Explode, d: DataFrame) -> DataFrame | None:
+def arrow_rows(node: Explode, d: Rows) -> Rows | None:
     """``node`` over held rows ``d`` in Arrow, or None (not held, or the array is not a
     column)."""
-    table = driver_rows.held(d)
+    table = d.arrow()
     source = node.source
     if table is None or not isinstance(source, exp.Column) or source.table or \
             source.name not in table.column_names:
@@ -64,6 +64,6 @@ def arrow_rows(node: Explode, d: DataFrame) -> DataFrame | None:
     added = [StructField(node.position, IntegerType(), node.outer)] if node.position else []
     schema = StructType([*(fields[c] for c in node.child.columns), *added,
                          StructField(node.name, element, True), fields[MULT]])
-    return driver_rows.from_arrow(d.sparkSession, out.select(
+    return Rows.of_arrow(d.spark, out.select(
         [*node.child.columns, *([node.position] if node.position else []), node.name, MULT]),
         schema)

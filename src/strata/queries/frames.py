@@ -1,7 +1,7 @@
 """Spark DataFrame utilities of the query layer, with no query knowledge.
 
 Cutting a plan's lineage (:func:`cut`), recognising rows the driver already holds
-(:func:`local_rows`), empty frames Spark's optimizer can prune (:func:`empty_frame`),
+(:func:`local_rows`), empty relations Spark's optimizer can prune (:func:`empty_frame`),
 running an epoch's writes as concurrent jobs (:func:`run_all`) and writing Parquet with
 less fixed work per write (:func:`write_parquet`).
 """
@@ -16,9 +16,9 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
-from strata import config
 from strata.physical.session import is_connect
-from strata.queries import driver_rows
+from strata.queries import dispatch, driver_rows
+from strata.queries.rows import Rows
 from strata.storage import fs
 
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
@@ -35,18 +35,19 @@ def ddl_of(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
 
-def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
-    """``df`` computed now, as a DataFrame without lineage, and its rows if counted.
+def cut(source: DataFrame | Rows) -> tuple[Rows, int | None]:
+    """``source`` computed now, as a relation without lineage, and its rows if counted.
 
     Up to ``spark.strata.query.driverRows`` rows (docs/configuration.md; an iteration
     step's changes usually are) come to the driver as Arrow and go back as a local
-    DataFrame: one small job, and the plans built on it stay shallow and cheap to
+    relation: one small job, and the plans built on it stay shallow and cheap to
     schedule however many steps run. More rows are checkpointed on the executors
     instead."""
-    table = driver_rows.held(df)
-    if table is not None:
-        return df, table.num_rows
-    most = config.conf(df.sparkSession, config.QUERY_DRIVER_ROWS)
+    held = Rows.of_frame(source)
+    if held.is_held:
+        return held, held.num_rows
+    df = held.frame()
+    most = dispatch.driver_rows(df.sparkSession)
     limited = df.coalesce(1).limit(most + 1)
     if is_connect(df.sparkSession):
         rows = local_rows(df)
@@ -55,13 +56,13 @@ def cut(df: DataFrame) -> tuple[DataFrame, int | None]:
         if rows is not None and rows > most:  # the limit may be folded into it
             rows = local_rows(df)
     if rows == 0:  # held as an empty table, so steps that follow can stay in Arrow
-        return driver_rows.from_arrow(df.sparkSession,
-                                      driver_rows.arrow_schema(df.schema).empty_table(),
-                                      df.schema), 0
+        return Rows.of_arrow(df.sparkSession,
+                                 driver_rows.arrow_schema(df.schema).empty_table(),
+                                 df.schema), 0
     table = limited.toArrow()
     if table.num_rows <= most:
-        return driver_rows.from_arrow(df.sparkSession, table, df.schema), table.num_rows
-    return df.localCheckpoint(eager=True), None
+        return Rows.of_arrow(df.sparkSession, table, df.schema), table.num_rows
+    return Rows.of_frame(df.localCheckpoint(eager=True)), None
 
 
 def _local_under_limit(limited: DataFrame) -> int | None:
@@ -76,7 +77,7 @@ def _local_under_limit(limited: DataFrame) -> int | None:
     return None
 
 
-def local_rows(df: DataFrame) -> int | None:
+def local_rows(rows: DataFrame | Rows) -> int | None:
     """How many rows ``df`` has if Spark's optimizer makes it a local relation (rows held
     by the driver, e.g. from :func:`cut`, filtered or projected); else None.
 
@@ -84,9 +85,10 @@ def local_rows(df: DataFrame) -> int | None:
     read instead, which knows the rows of a local relation it sent (and that a
     projection or filter of no rows has none); anything else is None (not known),
     which costs the optimizations that use it, not correctness."""
-    table = driver_rows.held(df)
-    if table is not None:
-        return table.num_rows
+    held = Rows.of_frame(rows)
+    if held.is_held:
+        return held.num_rows
+    df = held.frame()
     if is_connect(df.sparkSession):
         return _connect_local_rows(df)
     plan = df._jdf.queryExecution().optimizedPlan()
@@ -108,11 +110,12 @@ def _connect_local_rows(df: DataFrame) -> int | None:
     return None
 
 
-def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
-    """An empty DataFrame of schema ``ddl`` that Spark's optimizer knows to be empty (a
-    local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
+def empty_frame(spark: SparkSession, ddl: str) -> Rows:
+    """No rows of schema ``ddl``, held; as a frame, one Spark's optimizer knows to be
+    empty (a local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
     schema = spark_type(ddl)
-    return driver_rows.from_arrow(spark, driver_rows.arrow_schema(schema).empty_table(), schema)
+    assert isinstance(schema, StructType)
+    return Rows.of_arrow(spark, driver_rows.arrow_schema(schema).empty_table(), schema)
 
 
 def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:

@@ -44,6 +44,7 @@ from strata.queries.expressions import MULT, widest
 from strata.queries.frames import cut
 from strata.queries.incremental import IncrementalQuery, derive
 from strata.queries.program import QueryProgram, output_ddl
+from strata.queries.rows import Rows
 from strata.queries.sql import parse_sql
 from strata.queries.tables import QueryTables
 
@@ -163,40 +164,41 @@ class IterationProgram(QueryProgram):
     def whole_flows(self) -> dict[str, str]:
         return {self.it.name: ITERATE}
 
-    def evaluate(self, run: Evaluator) -> DataFrame:
+    def evaluate(self, run: Evaluator) -> Rows:
         it, tables = self.it, run.tables
-        fresh = self._keyed(run.changes(self.init.root).where(f"{MULT} > 0"))
+        fresh = self._keyed(run.changes(self.init.root).frame().where(f"{MULT} > 0"))
         fresh = fresh.dropDuplicates(["_g"])
-        known = tables.lookup(ITERATE, driver_rows.select(fresh, ["_g"]))
+        known = tables.lookup(ITERATE, driver_rows.select(Rows.of_frame(fresh), ["_g"]))
         if known is not None:
-            fresh = fresh.join(known.select("_g"), "_g", "left_anti")
+            fresh = fresh.join(known.frame().select("_g"), "_g", "left_anti")
         tables.upsert(ITERATE, fresh)
         dx = self._signed(self._overlay(tables), 1)
-        carried = tables.read(PENDING)
-        if carried is not None:  # what the last step of the previous epoch moved
+        stored = tables.read(PENDING)
+        if stored is not None:  # what the last step of the previous epoch moved
             small = tables.arrow(PENDING) if run.arrow else None
-            if small is not None:
-                carried = driver_rows.from_arrow(run.spark, small, tables.schema(PENDING))
+            carried = Rows.of_frame(stored) if small is None else \
+                Rows.of_arrow(run.spark, small, tables.schema(PENDING))
             dx = driver_rows.union([dx, carried])
         for i in range(it.times):
             began = time.perf_counter()
             run.step({it.name: dx}, only=None if i == 0 else it.name)
             dy = run.changes(self.inc.root)
-            new = arrow_step.keyed(it.columns, it.key, dy) if run.arrow else None
-            if new is None:
-                new = self._keyed(dy.where(f"{MULT} > 0"))
+            keyed = arrow_step.keyed(it.columns, it.key, dy) if run.arrow else None
+            new = keyed if keyed is not None else Rows.of_frame(
+                self._keyed(dy.frame().where(f"{MULT} > 0")))
             old = tables.lookup(ITERATE, driver_rows.select(new, ["_g"]))
             done = arrow_step.moves(new, old, it.columns, it.tolerance) if run.arrow else None
+            retract: Rows | None
             if done is not None:
                 moved, retract = done
             elif old is None:
                 moved, retract = cut(new)[0], None
             else:
-                n, o = new.alias("n"), old.alias("o")
-                j = n.join(o, F.col("n._g") == F.col("o._g"), "left")
-                j = j.where(F.col("o._g").isNull() | self._differs("n", "o"))
-                j = cut(j.select(F.struct("n.*").alias("n"), F.struct("o.*").alias("o"),
-                                 F.col("o._g").isNotNull().alias("had")))[0]
+                n, o = new.frame().alias("n"), old.frame().alias("o")
+                pairs = n.join(o, F.col("n._g") == F.col("o._g"), "left")
+                pairs = pairs.where(F.col("o._g").isNull() | self._differs("n", "o"))
+                j = cut(pairs.select(F.struct("n.*").alias("n"), F.struct("o.*").alias("o"),
+                                     F.col("o._g").isNotNull().alias("had")))[0]
                 moved = cut(driver_rows.fields_of(j, "n"))[0]
                 retract = driver_rows.fields_of(j, "o", where="had")
             tables.upsert(ITERATE, moved)
@@ -207,7 +209,7 @@ class IterationProgram(QueryProgram):
             secs = time.perf_counter() - began
             log.debug("iterate %s: step %d moved %s rows in %.3f s", it.name, i + 1,
                       "?" if rows is None else rows, secs, extra={"step_seconds": secs})
-            if rows == 0 or rows is None and dx.isEmpty():
+            if rows == 0 or rows is None and dx.frame().isEmpty():
                 log.debug("iterate %s: nothing moved after step %d", it.name, i + 1)
                 break
         # the step has not seen the last step's moves yet: the next epoch feeds them first
@@ -225,11 +227,11 @@ class IterationProgram(QueryProgram):
                          *[F.col(f"`{c}`").cast(t).alias(c) for c, t in it.columns.items()],
                          F.lit(True).alias("_keep"))
 
-    def _signed(self, rows: DataFrame, sign: int) -> DataFrame:
+    def _signed(self, rows: Rows, sign: int) -> Rows:
         return driver_rows.select(rows, list(self.it.columns), {MULT: sign})
 
     @staticmethod
-    def _overlay(tables: QueryTables) -> DataFrame:
+    def _overlay(tables: QueryTables) -> Rows:
         """The iterate's rows upserted this epoch (without the ``_live`` flag)."""
         over = tables.overlay[ITERATE]
         return driver_rows.select(over, [c for c in over.columns if c != "_live"])
@@ -247,16 +249,18 @@ class IterationProgram(QueryProgram):
             out = out | far
         return out
 
-    def _epoch_changes(self, run: Evaluator) -> DataFrame:
+    def _epoch_changes(self, run: Evaluator) -> Rows:
         """The iterate's changes over the whole epoch: the keys it moved, old out, new in."""
         over = self._overlay(run.tables)
         base = run.tables.read(ITERATE)
         if base is None:
             return self._signed(over, 1)
-        old = base.join(over.select("_g"), "_g", "left_semi")
-        n, o = over.alias("n"), old.alias("o")
+        changed = over.frame()
+        old = base.join(changed.select("_g"), "_g", "left_semi")
+        n, o = changed.alias("n"), old.alias("o")
         j = n.join(o, F.col("n._g") == F.col("o._g"), "left").where(
             F.col("o._g").isNull() | self._differs("n", "o", exact=True))
         j = run.cache(j)
-        return self._signed(j.select("n.*"), 1).unionByName(
-            self._signed(j.where(F.col("o._g").isNotNull()).select("o.*"), -1))
+        return driver_rows.union([
+            self._signed(Rows.of_frame(j.select("n.*")), 1),
+            self._signed(Rows.of_frame(j.where(F.col("o._g").isNotNull()).select("o.*")), -1)])

@@ -16,19 +16,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
 
-from strata import config
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
-from strata.physical.small_epochs import conf_of, driver_epoch_rows
-from strata.queries import arrow_step, driver_rows
+from strata.queries import dispatch
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
 from strata.queries.frames import run_all, spark_type, write_parquet
 from strata.queries.incremental import IncrementalQuery
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -86,7 +84,7 @@ class QueryProgram(StageProgram):
                 "order_by": [list(o) for o in q.order_by], "limit": q.limit}
 
     # -- one epoch -------------------------------------------------------------------------
-    def evaluate(self, run: Evaluator) -> DataFrame:
+    def evaluate(self, run: Evaluator) -> Rows:
         """The epoch's output changes; the new table contents are staged in ``run``."""
         changes = run.changes(self.inc.root)
         if run.mode is EvalMode.DRIVER:
@@ -101,7 +99,8 @@ class QueryProgram(StageProgram):
         out_dir = ctx.output_dir(self.output)
         try:
             tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
-            run = Evaluator(self, spark, tables, ctx.inputs, mode=self._mode(ctx, tables),
+            run = Evaluator(self, spark, tables, ctx.inputs, mode=dispatch.epoch_mode(
+                ctx, tables, self.eval_mode, self.driver_epochs),
                             whole=self.whole_flows())
             try:
                 changes = self.evaluate(run)
@@ -147,28 +146,14 @@ class QueryProgram(StageProgram):
                     fs.delete_quietly(uri)
         fs.delete_quietly(layout.staging_dir())
 
-    def _mode(self, ctx: EpochContext, tables: QueryTables) -> EvalMode:
-        """How this epoch is evaluated: in the driver (:attr:`EvalMode.DRIVER`) when the
-        Arrow path is on, the increment has at most ``spark.strata.query.driverRows``
-        records (and at most ``spark.strata.driverEpoch.maxRows``) and every state table
-        at most ``spark.strata.query.driverTableRows`` rows; else as the program's mode
-        says."""
-        if (self.eval_mode is not EvalMode.EPOCH or not self.driver_epochs
-                or not arrow_step.enabled(ctx.spark)):
-            return self.eval_mode
-        limit = min(conf_of(ctx, config.QUERY_DRIVER_ROWS), driver_epoch_rows(ctx))
-        if ctx.input_records > limit or not tables.small():
-            return self.eval_mode
-        return EvalMode.DRIVER
-
-    def _write_output(self, changes: DataFrame, out_dir: str, tasks: int) -> None:
+    def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to
         ``spark.strata.query.driverRows`` rows (an increment's changes usually are) come to
         the driver as Arrow and are written as one file the way ingested increments are,
         which costs a fraction of a Spark write job (committer, Hadoop job set-up,
         task-side writers); more are written by Spark, in ``tasks`` tasks. Changes the
         driver holds are cast and written with no Spark job."""
-        held = driver_rows.held(changes)
+        held = changes.arrow()
         if held is not None:
             try:
                 table = held.select(self._output_schema().names).cast(self._output_schema())
@@ -177,8 +162,8 @@ class QueryProgram(StageProgram):
             else:
                 write_table(fs.join(out_dir, "part-00000.parquet"), table)
                 return
-        out = changes.selectExpr(*self._output_casts())
-        most = config.conf(out.sparkSession, config.QUERY_DRIVER_ROWS)
+        out = changes.frame().selectExpr(*self._output_casts())
+        most = dispatch.driver_rows(out.sparkSession)
         table = out.coalesce(1).limit(most + 1).toArrow()
         if table.num_rows <= most:
             try:

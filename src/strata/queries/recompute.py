@@ -18,6 +18,7 @@ from strata.queries.evaluator import Evaluator
 from strata.queries.expressions import MULT
 from strata.queries.incremental import scanned
 from strata.queries.program import ANSWER, QueryProgram
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.queries.window_functions import netted
 
@@ -32,9 +33,9 @@ class RecomputeProgram(QueryProgram):
     def answer_spec(self) -> dict:
         return {**super().answer_spec(), "table": ANSWER, "grouped": False}
 
-    def evaluate(self, run: Evaluator) -> DataFrame:
+    def evaluate(self, run: Evaluator) -> Rows:
         tables = run.tables
-        everything = {}
+        everything: dict[str, DataFrame] = {}
         for flow in sorted(scanned(self.inc.root)):
             name = INPUT.format(flow)
             new, old = run.flow_rows(flow), tables.read(name)
@@ -48,12 +49,12 @@ class RecomputeProgram(QueryProgram):
         scratch = QueryTables(run.spark, tables.layout, {}, tables.n, tables.token, sweep=False)
         whole = Evaluator(self, run.spark, scratch, {}, frames=everything)
         try:
-            answer = run.materialize(netted(whole.changes(self.inc.root)))
+            answer = run.materialize(netted(whole.changes(self.inc.root).frame()))
         finally:
             whole.release()
         tables.stage(ANSWER, answer, [], "replace")
         old = tables.read(ANSWER)
         if old is None:
-            return answer
-        return netted(answer.unionByName(old.withColumn(MULT, -F.col(MULT))))
+            return Rows.of_frame(answer)
+        return Rows.of_frame(netted(answer.unionByName(old.withColumn(MULT, -F.col(MULT)))))
 

@@ -28,12 +28,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from strata import config
 from strata.model.errors import StrataError
 from strata.physical import spark_hash
 from strata.physical.session import default_parallelism, is_connect
-from strata.queries import driver_rows, frames
+from strata.queries import dispatch, driver_rows, frames
 from strata.queries.frames import cut, ddl_of, write_parquet
+from strata.queries.rows import Rows
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import FILE_CACHE, read_table, row_count, write_table
@@ -67,7 +67,7 @@ class _Staged:
     mode: str  # "append" or "replace"
     lineage: list[str]
     path: str
-    df: DataFrame | None
+    df: Rows | None
     files: list[str] = field(default_factory=list)
     rows: int | None = None  # of a replacing write, once written
 
@@ -155,7 +155,7 @@ class QueryTables:
         self.spark, self.layout, self.n, self.token = spark, layout, n, token
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
-        self.overlay: dict[str, DataFrame] = {}  # keyed rows upserted, not yet staged
+        self.overlay: dict[str, Rows] = {}  # keyed rows upserted, not yet staged
         self._read: dict[str, DataFrame | None] = {}
         self._arrow: dict[str, pa.Table | None] = {}
         self._reading = threading.Lock()
@@ -198,7 +198,7 @@ class QueryTables:
             return self._arrow[name]
 
     def _read_small(self, name: str) -> pa.Table | None:
-        if not self.has(name) or self.rows(name) > config.conf(self.spark, config.QUERY_TABLE_ROWS):
+        if not self.has(name) or self.rows(name) > dispatch.driver_table_rows(self.spark):
             return None
         return read_table(self.live[name]["files"], driver_rows.arrow_schema(self.schema(name)),
                           cache=True)
@@ -214,7 +214,7 @@ class QueryTables:
         """Whether every committed table has at most ``limit`` rows (default
         ``spark.strata.query.driverTableRows``)."""
         if limit is None:
-            limit = config.conf(self.spark, config.QUERY_TABLE_ROWS)
+            limit = dispatch.driver_table_rows(self.spark)
         return all(self.rows(name) <= limit for name in self.live)
 
     def _open(self, name: str) -> DataFrame | None:
@@ -225,34 +225,38 @@ class QueryTables:
             return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
         return read_bucketed(self.spark, self._dir(name), t["ddl"], t["lineage"], self.n)
 
-    def stage(self, name: str, df: DataFrame, lineage: Sequence[str], mode: str) -> None:
+    def stage(self, name: str, df: DataFrame | Rows, lineage: Sequence[str],
+              mode: str) -> None:
         """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
         files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
         the epoch's staged writes, which run together with the epoch's output write."""
         path = fs.join(self.layout.staging_dir(self.token), f"{name}-{len(self.staged)}")
-        self.staged.append(_Staged(name, ddl_of(df.schema), mode, list(lineage), path, df))
+        rows = Rows.of_frame(df)
+        self.staged.append(_Staged(name, ddl_of(rows.schema), mode, list(lineage), path, rows))
 
     def writes(self) -> list[Callable[[], None]]:
         """One function per staged table write; each writes its files into staging."""
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
     def _write(self, s: _Staged) -> None:
-        held = driver_rows.held(s.df) if s.df is not None else None
+        assert s.df is not None
+        held = s.df.arrow()
         if held is not None and self._write_held(s, held):
             s.df = None
             return
+        df = s.df.frame()
         if s.lineage:
             files = None
             if s.mode == "append" or self._small(s.name):
-                files, s.rows = self._write_small_bucketed(s.df, s.lineage, s.path)
+                files, s.rows = self._write_small_bucketed(df, s.lineage, s.path)
             if files is None:
-                files = self._write_bucketed(s.df, s.lineage, s.path)
+                files = self._write_bucketed(df, s.lineage, s.path)
                 if s.mode == "replace":  # from the files' footers: no Spark job
                     s.rows = sum(pq.read_metadata(p, filesystem=fsys).num_rows
                                  for fsys, p in map(fs.resolve, files))
             s.files = files
         else:
-            write_parquet(s.df, s.path)
+            write_parquet(df, s.path)
             s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
         s.df = None
 
@@ -281,8 +285,7 @@ class QueryTables:
         rows: a rewrite of it likely fits on the driver (one that does not falls back to
         Spark)."""
         rows = self.live.get(name, {}).get("rows")
-        return rows is not None and rows <= config.conf(self.spark,
-                                                        config.QUERY_DRIVER_ROWS) // 2
+        return rows is not None and rows <= dispatch.driver_rows(self.spark) // 2
 
     def _write_small_bucketed(self, df: DataFrame, lineage: Sequence[str],
                               path: str) -> tuple[list[str] | None, int]:
@@ -290,7 +293,7 @@ class QueryTables:
         (an increment appended to a join input or a small group-by's state usually is):
         the rows, with their bucket, come to the driver as Arrow and each bucket is
         written as one file. The files (None if there are more rows) and the number of rows."""
-        most = config.conf(self.spark, config.QUERY_DRIVER_ROWS)
+        most = dispatch.driver_rows(self.spark)
         table = (df.withColumn(BUCKET, bucket_of(lineage, self.n)).coalesce(1)
                  .limit(most + 1).toArrow())
         if table.num_rows > most:
@@ -304,7 +307,7 @@ class QueryTables:
         return write_bucketed(self.spark, df, bucket_of(lineage, self.n), path, self.n)[""]
 
     # -- deferred writes (the steps of an iteration) -----------------------------------
-    def lookup(self, name: str, keys: DataFrame) -> DataFrame | None:
+    def lookup(self, name: str, keys: Rows) -> Rows | None:
         """The rows of keyed table ``name`` (committed, then overridden by rows upserted
         this epoch) whose ``_g`` is among ``keys``; None if it has neither."""
         if not self.has(name) and name not in self.overlay:
@@ -313,33 +316,34 @@ class QueryTables:
         if held is not None:
             return held
         base, over = self.read(name), self.overlay.get(name)
+        wanted = keys.frame()
         found = None
         if base is not None:  # a semi join with the bucketed table shuffles only ``keys``
-            found = base.join(keys, "_g", "left_semi")
+            found = base.join(wanted, "_g", "left_semi")
             if over is not None:
-                found = found.join(over.select("_g"), "_g", "left_anti")
+                found = found.join(over.frame().select("_g"), "_g", "left_anti")
         if over is not None:
-            mine = over.join(keys, "_g", "left_semi").where("_live").drop("_live")
+            mine = over.frame().join(wanted, "_g", "left_semi").where("_live").drop("_live")
             found = mine if found is None else found.unionByName(mine)
-        return found
+        return None if found is None else Rows.of_frame(found)
 
-    def _lookup_held(self, name: str, keys: DataFrame) -> DataFrame | None:
+    def _lookup_held(self, name: str, keys: Rows) -> Rows | None:
         """:meth:`lookup` in Arrow, when the keys are held and :meth:`_current_held`
         applies; else None."""
-        wanted, current = driver_rows.held(keys), self._current_held(name)
+        wanted, current = keys.arrow(), self._current_held(name)
         if wanted is None or current is None:
             return None
         rows, schema = current
         hit = driver_rows.match([rows.column("_g")], [wanted.column("_g")], "left semi")
         if hit is None:
             return None
-        return driver_rows.from_arrow(self.spark, rows.take(hit.column("__l")), schema)
+        return Rows.of_arrow(self.spark, rows.take(hit.column("__l")), schema)
 
     def _current_held(self, name: str) -> tuple[pa.Table, StructType] | None:
         """:meth:`current`'s rows in Arrow and their schema, when the overlay (if any) is
         held and the committed table is small or absent; else None."""
         over = self.overlay.get(name)
-        mine = driver_rows.held(over) if over is not None else None
+        mine = over.arrow() if over is not None else None
         base = self.arrow(name) if self.has(name) else None
         if (over is not None and mine is None) or (self.has(name) and base is None):
             return None
@@ -380,30 +384,31 @@ class QueryTables:
         return StructType([StructField(f.name, f.dataType, f.nullable or loose.get(f.name, True))
                            for f in base.fields])
 
-    def upsert(self, name: str, rows: DataFrame, count: str | None = None) -> None:
+    def upsert(self, name: str, rows: DataFrame | Rows, count: str | None = None) -> None:
         """Override keyed table ``name``'s rows with ``rows`` (one per ``_g``) until
         :meth:`flush_overlays`; a row whose column ``count`` is 0 deletes its key (with
         no ``count`` every row is live). Rows the driver holds are merged there."""
-        rows = driver_rows.with_live(rows, count)
+        live = driver_rows.with_live(Rows.of_frame(rows), count)
         over = self.overlay.get(name)
         if over is not None:
-            merged = driver_rows.replace_by_key(over, rows, "_g")
-            rows = merged if merged is not None else over.join(
-                rows.select("_g"), "_g", "left_anti").unionByName(rows)
-        self.overlay[name] = cut(rows)[0]  # cuts the steps' lineage
+            merged = driver_rows.replace_by_key(over, live, "_g")
+            live = merged if merged is not None else Rows.of_frame(over.frame().join(
+                live.frame().select("_g"), "_g", "left_anti").unionByName(live.frame()))
+        self.overlay[name] = cut(live)[0]  # cuts the steps' lineage
 
-    def current(self, name: str) -> DataFrame | None:
+    def current(self, name: str) -> Rows | None:
         """All rows of keyed table ``name``, with this epoch's upserts."""
         base, over = self.read(name), self.overlay.get(name)
         if over is None:
-            return base
+            return None if base is None else Rows.of_frame(base)
         held = self._current_held(name)
         if held is not None:
-            return driver_rows.from_arrow(self.spark, *held)
-        mine = over.where("_live").drop("_live")
+            return Rows.of_arrow(self.spark, *held)
+        mine = over.frame().where("_live").drop("_live")
         if base is None:
-            return mine
-        return base.join(over.select("_g"), "_g", "left_anti").unionByName(mine)
+            return Rows.of_frame(mine)
+        return Rows.of_frame(base.join(over.frame().select("_g"), "_g", "left_anti")
+                             .unionByName(mine))
 
     def flush_overlays(self) -> None:
         """Merge every upserted table into its committed rows (one full outer join on the
@@ -411,13 +416,13 @@ class QueryTables:
         for name, over in self.overlay.items():
             held = self._current_held(name)  # the driver merges them when it holds both
             if held is not None:
-                self.stage(name, driver_rows.from_arrow(self.spark, *held), ["_g"], "replace")
+                self.stage(name, Rows.of_arrow(self.spark, *held), ["_g"], "replace")
                 continue
             base = self.read(name)
             if base is None:
-                merged = over.where("_live").drop("_live")
+                merged = over.frame().where("_live").drop("_live")
             else:
-                b, o = base.alias("b"), over.alias("o")
+                b, o = base.alias("b"), over.frame().alias("o")
                 j = b.join(o, F.col("b._g") == F.col("o._g"), "full_outer")
                 took = F.col("o._g").isNotNull()
                 merged = j.where(~took | F.col("o._live")).select(*[

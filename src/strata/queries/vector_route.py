@@ -46,7 +46,7 @@ from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
 from strata.physical.vectorized import VectorizedProgram, VectorState
-from strata.queries import arrow_expr, arrow_step
+from strata.queries import arrow_expr, dispatch
 from strata.queries.algebra import GroupBy
 from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow_lift import aggregate, outside, split_lift
@@ -336,7 +336,7 @@ class VectorQueryProgram(VectorizedProgram):
         lifts = [s for _, _, lift, _ in route.parts if (s := split_lift(lift)) is not None]
         if not files or len(lifts) < len(route.parts):
             return self._spark_driver_rows(ctx)  # Spark computes h
-        if arrow_step.enabled(ctx.spark):
+        if dispatch.arrow_steps(ctx.spark):
             rows = self._arrow_lifted_rows(files, [arg for _, arg in lifts])
             if rows is not None:
                 # hashed per group, not per row: the groups are fewer

@@ -154,8 +154,8 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
                              ctx.token)
         for fp, k in sorted(redo):
-            view, frame = new_fresh[(fp, k)]
-            tables.stage(fp, frame.withColumn(SEGMENT, F.lit(k)),
+            view, rows = new_fresh[(fp, k)]
+            tables.stage(fp, rows.frame().withColumn(SEGMENT, F.lit(k)),
                          ["_g"] if view.kind == "partial" else [], "append")
         run_all(spark, tables.writes())
         crashpoint("series-after-corrected-views")

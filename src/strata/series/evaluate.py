@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from strata.queries import driver_rows, explode, window_functions
+from strata.queries import explode, window_functions
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.evaluator import answer, lift, row_exprs
@@ -387,10 +387,11 @@ def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
         if branches is not None:
             assert isinstance(node, GroupBy)
             gp = group_plan(node, branches[0].monoids)
-            stored = driver_rows.union([read_views(v, windows[v.table]) for v in branches])
+            stored = functools.reduce(DataFrame.unionByName,
+                                      [read_views(v, windows[v.table]) for v in branches])
             return answer(gp, merge_partials(gp, stored), spark)
         if isinstance(node, Union):
-            return driver_rows.union([evaluate(c) for c in node.inputs])
+            return functools.reduce(DataFrame.unionByName, [evaluate(c) for c in node.inputs])
         if isinstance(node, GroupBy):  # over a join: group the window's rows as they are
             gp = group_plan(node)
             d = evaluate(node.child).withColumn(MULT, F.lit(1).cast("bigint"))

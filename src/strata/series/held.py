@@ -20,38 +20,37 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from strata import config
 from strata.physical.program import EpochContext
 from strata.physical.session import is_connect
-from strata.physical.small_epochs import conf_of
-from strata.queries import arrow_step, driver_rows
+from strata.queries import arrow_step, dispatch, driver_rows
 from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
 from strata.queries.arrow_lift import aggregate, outside
 from strata.queries.expressions import MULT
 from strata.queries.incremental import GroupPlan
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.series.evaluate import group_plan, unprefixed
 from strata.series.normalize import SeriesPlan, View, union_partials
 from strata.storage import fs
 from strata.storage.increments import FILE_CACHE, Increment, read_table
 
-HeldReader = Callable[[View, range], "DataFrame | None"]
+HeldReader = Callable[[View, range], "Rows | None"]
 _MERGE = {"add": "sum", "least": "min", "greatest": "max"}
 
 
 def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
-                 ) -> DataFrame | None:
+                 ) -> Rows | None:
     """The segment's rows (columns ``schema``) as a held frame, if every file of it is
     in the driver's file cache, it has at most ``spark.strata.series.heldSegmentRows``
     rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow_step.
     enabled`); else None. Never over Spark Connect, where every held frame is sent to
     the server when it is made."""
-    limit = conf_of(ctx, config.HELD_SEGMENT_ROWS)
+    limit = dispatch.held_segment_rows(ctx)
     if not segment.files or segment.records > limit or limit < 0 \
-            or is_connect(ctx.spark) or not arrow_step.enabled(ctx.spark):
+            or is_connect(ctx.spark) or not dispatch.arrow_steps(ctx.spark):
         return None
     if any(FILE_CACHE.get(f, touch=False) is None for f in segment.files):
         return None
@@ -59,10 +58,10 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
         rows = read_table(segment.files, driver_rows.arrow_schema(schema), cache=True)
     except (KeyError, ValueError, pa.ArrowNotImplementedError):
         return None
-    return driver_rows.from_arrow(ctx.spark, rows, schema)
+    return Rows.of_arrow(ctx.spark, rows, schema)
 
 
-def held_view(view: View, segment: DataFrame, schema: StructType) -> DataFrame | None:
+def held_view(view: View, segment: Rows, schema: StructType) -> Rows | None:
     """A partial view of held ``segment`` in Arrow, with ``schema`` (the Spark plan's:
     :func:`strata.series.evaluate.view_of_segment`), or None."""
     if view.kind != "partial":
@@ -70,20 +69,20 @@ def held_view(view: View, segment: DataFrame, schema: StructType) -> DataFrame |
     assert isinstance(view.node, GroupBy)
     d = _rows(view.node.child, segment)
     h = arrow_step.lifted(group_plan(view.node, view.monoids), d) if d is not None else None
-    table = driver_rows.held(h) if h is not None else None
+    table = h.arrow() if h is not None else None
     if table is None:
         return None
     try:
         table = table.select(schema.names).cast(driver_rows.arrow_schema(schema))
     except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return driver_rows.from_arrow(segment.sparkSession, table, schema)
+    return Rows.of_arrow(segment.spark, table, schema)
 
 
-def _rows(node: Node, segment: DataFrame) -> DataFrame | None:
+def _rows(node: Node, segment: Rows) -> Rows | None:
     """``node`` (a scan under maps) over held ``segment``, with ``_mult`` = 1."""
     if isinstance(node, Scan):
-        if driver_rows.held(segment) is None:
+        if segment.arrow() is None:
             return None
         return arrow_step.renamed(driver_rows.select(segment, list(node.schema), {MULT: 1}),
                                   {c: node.prefix + c for c in node.schema})
@@ -93,19 +92,19 @@ def _rows(node: Node, segment: DataFrame) -> DataFrame | None:
     return None
 
 
-def with_segment(frame: DataFrame, segment: int, schema: StructType) -> DataFrame:
+def with_segment(frame: Rows, segment: int, schema: StructType) -> Rows:
     """Held view rows ``frame`` with the segment's number as column ``schema``'s last
     (the staged table's columns, as the Spark plan stages them)."""
-    table = driver_rows.held(frame)
+    table = frame.arrow()
     assert table is not None
     last = schema.fields[-1]
     out = table.append_column(pa.field(last.name, pa.int32(), last.nullable),
                               pa.repeat(pa.scalar(segment, pa.int32()), table.num_rows))
-    return driver_rows.from_arrow(frame.sparkSession, out, schema)
+    return Rows.of_arrow(frame.spark, out, schema)
 
 
 def stored_held(table: pa.Table | None, schema: StructType, segment_column: str,
-                window: Sequence[int], spark: SparkSession) -> DataFrame | None:
+                window: Sequence[int], spark: SparkSession) -> Rows | None:
     """The rows of view table ``table`` (None: not readable by the driver) of the
     segments in ``window``, without the segment column, as a held frame."""
     if table is None:
@@ -113,7 +112,7 @@ def stored_held(table: pa.Table | None, schema: StructType, segment_column: str,
     rows = table.filter(pc.is_in(table.column(segment_column),
                                  pa.array(list(window), table.schema.field(
                                      segment_column).type))).drop_columns([segment_column])
-    return driver_rows.from_arrow(spark, rows, StructType(
+    return Rows.of_arrow(spark, rows, StructType(
         [f for f in schema.fields if f.name != segment_column]))
 
 
@@ -135,7 +134,7 @@ def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table
     with Spark; None if a view is not held or an operator is not done here."""
     windows = plan.schedule.window(newest)
 
-    def evaluate(node: Node) -> DataFrame | None:
+    def evaluate(node: Node) -> Rows | None:
         view = plan.views.get(id(node))
         if view is not None:
             stored = read(view, windows[view.table])
@@ -163,7 +162,7 @@ def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table
             if any(d is None for d in inputs):
                 return None
             out = driver_rows.union(inputs)  # type: ignore[arg-type]
-            return out if driver_rows.held(out) is not None else None
+            return out if out.arrow() is not None else None
         if isinstance(node, GroupBy) and node.keys:  # over a join: its rows as they are
             d = evaluate(node.child)
             gp = group_plan(node)
@@ -176,14 +175,14 @@ def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table
         out = evaluate(root)
     except (pa.ArrowException, KeyError):  # an error is Spark's plan's to report
         return None
-    table = driver_rows.held(out) if out is not None else None
+    table = out.arrow() if out is not None else None
     if table is None:
         return None
     table = table.select(list(root.columns))
     return _ordered(plan, table)
 
 
-def _answered(gp: GroupPlan, stacked: DataFrame, merge: bool = True) -> DataFrame | None:
+def _answered(gp: GroupPlan, stacked: Rows, merge: bool = True) -> Rows | None:
     """``a`` over held partials ``stacked`` (several segments' rows per group merged by
     ``⊗`` first, unless ``merge`` is False): the group-by's outputs, with ``_mult``."""
     if not gp.node.keys:  # a total answers one row even over no rows: Spark's to do
@@ -193,9 +192,9 @@ def _answered(gp: GroupPlan, stacked: DataFrame, merge: bool = True) -> DataFram
     return done[1] if done is not None else None
 
 
-def _merged(gp: GroupPlan, stacked: DataFrame) -> DataFrame | None:
+def _merged(gp: GroupPlan, stacked: Rows) -> Rows | None:
     """``⊗`` of held partial rows per group (``_g``): sums, minima and maxima."""
-    table = driver_rows.held(stacked)
+    table = stacked.arrow()
     if table is None or any(p.kind not in _MERGE for p in gp.parts):
         return None
     g = table.column("_g").combine_chunks()
@@ -218,13 +217,13 @@ def _merged(gp: GroupPlan, stacked: DataFrame) -> DataFrame | None:
         parts[p.name] = value.cast(target)
     out = pa.table({"_g": pa.StructArray.from_arrays(
         [groups[k].combine_chunks() for k in names], fields=list(g.type)), **parts})
-    return driver_rows.from_arrow(stacked.sparkSession, out, stacked.schema)
+    return Rows.of_arrow(stacked.spark, out, stacked.schema)
 
 
-def _joined(node: Join, left: DataFrame, right: DataFrame) -> DataFrame | None:
+def _joined(node: Join, left: Rows, right: Rows) -> Rows | None:
     """The equi-join of held ``left`` and ``right`` (``inner`` or ``left``: a NULL key
     matches nothing, as in SQL), with ``_mult`` the product."""
-    a, b = driver_rows.held(left), driver_rows.held(right)
+    a, b = left.arrow(), right.arrow()
     if a is None or b is None:
         return None
     if [a.schema.field(lc).type for lc, _ in node.on] != \
@@ -253,7 +252,7 @@ def _joined(node: Join, left: DataFrame, right: DataFrame) -> DataFrame | None:
     fields = [f for f in [*left.schema.fields, *right.schema.fields] if f.name != MULT]
     schema = StructType([StructField(f.name, f.dataType, True) for f in fields]
                         ).add(MULT, LongType(), False)
-    return driver_rows.from_arrow(left.sparkSession, out, schema)
+    return Rows.of_arrow(left.spark, out, schema)
 
 
 def _keyed(table: pa.Table, keys: Sequence[str]) -> pa.Array:
@@ -279,9 +278,9 @@ def _ordered(plan: SeriesPlan, table: pa.Table) -> pa.Table | None:
 
 
 # -- the stage's reads in a held epoch ----------------------------------------------------
-def segment_views(segment: DataFrame, n: int, wanted: Mapping[tuple[str, int], View],
+def segment_views(segment: Rows, n: int, wanted: Mapping[tuple[str, int], View],
                   schema_of: Callable[[View], StructType]
-                  ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
+                  ) -> dict[tuple[str, int], tuple[View, Rows]]:
     """Those ``wanted`` views of segment ``n`` that Arrow computes from held ``segment``
     (each with the schema ``schema_of`` gives it)."""
     out = {}
@@ -297,9 +296,9 @@ def segment_views(segment: DataFrame, n: int, wanted: Mapping[tuple[str, int], V
 
 
 def read_held(tables: QueryTables, stored: Mapping[str, Mapping[str, dict]],
-              fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
+              fresh: Mapping[tuple[str, int], tuple[View, Rows]],
               driver_read: dict[str, int], segment_column: str, view: View,
-              window: range) -> DataFrame | None:
+              window: range) -> Rows | None:
     """The views of ``window`` as one held frame: computed this epoch, or read by the
     driver from the view's co-located table (its bytes not in the file cache counted in
     ``driver_read``); None if one is not held or the table is too large to read so."""
@@ -308,7 +307,7 @@ def read_held(tables: QueryTables, stored: Mapping[str, Mapping[str, dict]],
     entries = {j: stored[fp][str(j)] for j in window if (fp, j) not in fresh}
     entries = {j: e for j, e in entries.items() if e["files"]}
     if any("branch" in e for e in entries.values()) or \
-            any(driver_rows.held(p) is None for p in parts):
+            any(p.arrow() is None for p in parts):
         return None
     if entries:
         driver_read.setdefault(fp, uncached_bytes(tables.live[fp]["files"]))
@@ -317,8 +316,8 @@ def read_held(tables: QueryTables, stored: Mapping[str, Mapping[str, dict]],
         if rows is None:
             return None
         try:  # as the table's files have them (the fresh rows' nullability differs)
-            target = driver_rows.held(rows).schema  # type: ignore[union-attr]
-            parts = [driver_rows.from_arrow(rows.sparkSession, driver_rows.held(p).select(
+            target = rows.arrow().schema  # type: ignore[union-attr]
+            parts = [Rows.of_arrow(rows.spark, p.arrow().select(
                 target.names).cast(target), rows.schema) for p in parts]  # type: ignore[union-attr]
         except (KeyError, ValueError, pa.ArrowNotImplementedError):
             return None
@@ -326,4 +325,4 @@ def read_held(tables: QueryTables, stored: Mapping[str, Mapping[str, dict]],
     if not parts:
         return None
     out = driver_rows.union(parts) if len(parts) > 1 else parts[0]
-    return out if driver_rows.held(out) is not None else None
+    return out if out.arrow() is not None else None

@@ -29,12 +29,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from strata import config
 from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
-from strata.physical.small_epochs import conf_of
+from strata.queries import dispatch
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT
 from strata.queries.frames import ddl_of, run_all
@@ -68,7 +67,7 @@ from strata.series.held import (
     with_segment,
 )
 from strata.series.normalize import SeriesPlan, View, plan_series
-from strata.series.reads import read_views, segment_frames, view_schema
+from strata.series.reads import Fresh, read_views, segment_frames, view_schema
 from strata.series.statistics import EpochNotes, epoch_operators, timed
 from strata.series.stored import (
     SEGMENT,
@@ -308,10 +307,11 @@ class SeriesProgram(StageProgram):
                                  ctx.token)
             keep = sorted(k for k in fresh if self.keeps(self._last_reader(*k), n))
             for fp, j in keep:
-                view, frame = fresh[(fp, j)]
-                tables.stage(fp, with_segment(frame, j, view_schema(
+                view, fresh_rows = fresh[(fp, j)]
+                tables.stage(fp, with_segment(fresh_rows, j, view_schema(
                     spark, self.columns, view, True, known))
-                             if (fp, j) in held else frame.withColumn(SEGMENT, F.lit(j)),
+                             if (fp, j) in held else fresh_rows.frame().withColumn(
+                                 SEGMENT, F.lit(j)),
                              ["_g"] if view.kind == "partial" else [], "append")
             noted = EpochNotes()
             writes = [timed(w, k, noted.seconds)
@@ -382,7 +382,7 @@ class SeriesProgram(StageProgram):
 
     def _answers(self, ctx: EpochContext, due: Sequence[Series], *, n: int,
                  tables: QueryTables, views: Mapping[str, Mapping[str, dict]],
-                 fresh: Mapping[tuple[str, int], tuple[View, DataFrame]],
+                 fresh: Fresh,
                  stats: Mapping[str, Any], noted: EpochNotes, in_arrow: bool) -> list:
         """One write per occurrence of ``due`` at segment ``n`` whose window's views are
         all in ``views`` or ``fresh``; what each did is ``noted``. ``in_arrow``: each is
@@ -399,7 +399,7 @@ class SeriesProgram(StageProgram):
             rows = noted.rows_in[s.name] = window_rows(plan, n, views,
                                                       stats.get("rows", {}))
             large = answer_through_spark(stats.get("answer_rows", {}).get(s.name), rows,
-                                         conf_of(ctx, config.QUERY_DRIVER_ROWS))
+                                         dispatch.driver_rows(ctx))
             out.append(timed(functools.partial(
                 self._answer, ctx, s.name, n, read, noted.by_driver, large, arrow),
                 s.name, noted.seconds))

@@ -11,19 +11,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
 from strata.series.evaluate import jumbo_branch, view_of_segment
 from strata.series.normalize import View
 from strata.series.stored import SEGMENT, branch_rows, read_segment, spark_schema
 from strata.storage.increments import Increment
 
-Fresh = Mapping[tuple[str, int], tuple[View, DataFrame]]  # (view, segment) -> its rows now
+Fresh = Mapping[tuple[str, int], tuple[View, Rows]]  # (view, segment) -> its rows now
 
 
 def segment_frames(spark: SparkSession, segments: Mapping[int, Increment],
                    columns: Mapping[str, str], wanted: Mapping[tuple[str, int], View],
                    uses: Mapping[tuple[str, int], int], cached: list[DataFrame]
-                   ) -> dict[tuple[str, int], tuple[View, DataFrame]]:
+                   ) -> dict[tuple[str, int], tuple[View, Rows]]:
     """The ``wanted`` views of ``segments`` (whose columns are ``columns``) as Spark
     plans; a partial view used twice is cached (into ``cached``). Each reads its
     segment's columns itself: a cached segment is read back in full, which costs more
@@ -38,7 +39,7 @@ def segment_frames(spark: SparkSession, segments: Mapping[int, Increment],
         if uses[key] > 1 and v.kind == "partial":  # rows: a pruned scan is cheaper
             d = d.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(d)
-        frames[key] = (v, d)
+        frames[key] = (v, Rows.of_frame(d))
     return frames
 
 
@@ -48,7 +49,7 @@ def read_views(spark: SparkSession, tables: QueryTables, stored: Mapping[str, Ma
     """The views of ``window``: computed this epoch (``fresh``), in the view's co-located
     table, or in a segment's jumbo pass (none: the view over no rows)."""
     fp = view.fingerprint
-    parts = [fresh[(fp, j)][1] for j in window if (fp, j) in fresh]
+    parts = [fresh[(fp, j)][1].frame() for j in window if (fp, j) in fresh]
     entries = {j: stored[fp][str(j)] for j in window if (fp, j) not in fresh}
     in_table = [j for j, e in entries.items() if "branch" not in e and e["files"]]
     table = tables.read(fp) if in_table else None

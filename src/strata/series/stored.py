@@ -12,12 +12,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from strata import config
 from strata.model.errors import EpochError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext
 from strata.physical.runner import spark_failure
-from strata.physical.small_epochs import conf_of
+from strata.queries import dispatch
 from strata.queries.frames import write_parquet
 from strata.queries.tables import bucket_of, read_bucketed
 from strata.series.normalize import SeriesPlan
@@ -213,7 +212,7 @@ def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame | pa.Tab
         write_table(fs.join(out_dir, "part-00000.parquet"), out.cast(parse_ddl(ddl)))
         by_driver.add(flow)
         return
-    most = conf_of(ctx, config.QUERY_DRIVER_ROWS)
+    most = dispatch.driver_rows(ctx)
     try:
         if through_spark:
             write_parquet(out, out_dir)
