@@ -44,11 +44,20 @@ from strata.queries.monoids import AggCall
 
 
 class Node:
-    """A query operator."""
+    """A query operator. Each kind computes its ``columns`` (name -> Spark type), its
+    ``key`` (the columns that identify a row, when known) and whether it ``retracts``."""
 
-    columns: dict[str, str]
-    key: tuple[str, ...] | None
-    retracts: bool
+    @property
+    def columns(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        raise NotImplementedError
+
+    @property
+    def retracts(self) -> bool:
+        raise NotImplementedError
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -353,7 +362,7 @@ class Windowed(Node):
 
     child: Node
     partition: tuple[str, ...]
-    outputs: tuple[tuple[str, Expr], ...]
+    outputs: tuple[tuple[str, exp.Window], ...]
 
     def __post_init__(self) -> None:
         for n, _ in self.outputs:
@@ -466,7 +475,9 @@ def normalize(node: Node) -> Node:
         where = and_all(child.where, where)
         child = child.child
     if isinstance(child, Join) and where is not None:
-        keep, left, right = [], [], []
+        keep: list[Expr] = []
+        left: list[Expr] = []
+        right: list[Expr] = []
         for c in conjuncts(where):
             used = column_names(c)
             # above a left join, a right column may be a padding NULL: its filters stay
@@ -479,7 +490,8 @@ def normalize(node: Node) -> Node:
                          child.on, child.how)
             where = and_all(*keep)
     if isinstance(child, Explode) and where is not None:  # filter rows before repeating them
-        below, above = [], []
+        below: list[Expr] = []
+        above: list[Expr] = []
         for c in conjuncts(where):
             (above if {child.name, child.position} & column_names(c) else below).append(c)
         if below:

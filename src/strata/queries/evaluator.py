@@ -24,7 +24,7 @@ from strata.queries import arrow_step, driver_rows, explode, outer_join, window_
 from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
-from strata.queries.frames import cut, empty_frame, local_rows, spark_type
+from strata.queries.frames import cut, empty_frame, local_rows, spark_type, struct_type
 from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
 from strata.queries.tables import QueryTables
 from strata.storage.increments import Increment, read_table
@@ -163,6 +163,7 @@ class Evaluator:
         return empty_frame(self.spark, ddl)
 
     def _scan(self, node: Scan) -> DataFrame:
+        df: DataFrame | None
         if node.flow in self._frames:
             df = self._frames[node.flow]
         else:  # held (read by the driver) when operators may run in Arrow
@@ -186,7 +187,7 @@ class Evaluator:
         """:meth:`flow_rows` read by the driver with pyarrow and held (no Spark job), if
         the increment has at most ``spark.strata.query.driverRows`` rows and its types read as Spark
         reads them; else None."""
-        schema = spark_type(self.program.flow_ddl[flow])
+        schema = struct_type(self.program.flow_ddl[flow])
         try:
             table = read_table(self._files(flow), driver_rows.arrow_schema(schema),
                                config.conf(self.spark, config.QUERY_DRIVER_ROWS))

@@ -187,7 +187,7 @@ class QueryTables:
 
     def schema(self, name: str) -> StructType:
         """The committed table's Spark schema (from the catalog entry: no Spark call)."""
-        return frames.spark_type(self.live[name]["ddl"])
+        return frames.struct_type(self.live[name]["ddl"])
 
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows
@@ -237,6 +237,8 @@ class QueryTables:
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
     def _write(self, s: _Staged) -> None:
+        df = s.df
+        assert df is not None  # writes() gives the tables staged and not written yet
         held = driver_rows.held(s.df) if s.df is not None else None
         if held is not None and self._write_held(s, held):
             s.df = None
@@ -244,15 +246,15 @@ class QueryTables:
         if s.lineage:
             files = None
             if s.mode == "append" or self._small(s.name):
-                files, s.rows = self._write_small_bucketed(s.df, s.lineage, s.path)
+                files, s.rows = self._write_small_bucketed(df, s.lineage, s.path)
             if files is None:
-                files = self._write_bucketed(s.df, s.lineage, s.path)
+                files = self._write_bucketed(df, s.lineage, s.path)
                 if s.mode == "replace":  # from the files' footers: no Spark job
                     s.rows = sum(pq.read_metadata(p, filesystem=fsys).num_rows
                                  for fsys, p in map(fs.resolve, files))
             s.files = files
         else:
-            write_parquet(s.df, s.path)
+            write_parquet(df, s.path)
             s.files = [fs.join(s.path, f) for f in fs.list_dir(s.path) if f.startswith("part-")]
         s.df = None
 

@@ -108,6 +108,7 @@ def run_stage_epoch(
         writes, assoc = out.take_state_and_associations()
         writes = _check_schema(stage, epoch, STATE, writes, key)
         for rec in writes:
+            assert stage.state is not None  # only a stage with a state writes to it
             try:
                 enc, skey = state_key(stage.state.route, rec)
             except BadRoute as e:
@@ -162,7 +163,11 @@ def _check_schema(stage: Stage, epoch: int, flow: str, records: list[dict],
     """The records as the flow's schema makes them; a misfit stops the epoch."""
     if not records:
         return records
-    schema = stage.state.arrow_schema if flow == STATE else _flow_schema(stage, flow)
+    if flow == STATE:
+        assert stage.state is not None  # only a stage with a state writes to it
+        schema = stage.state.arrow_schema
+    else:
+        schema = _flow_schema(stage, flow)
     result = to_table(records, schema)
     if isinstance(result, tuple):
         _, rec, why = result

@@ -253,7 +253,8 @@ def _answered(ctx: EpochContext, program: SeriesProgram, name: str, m: int) -> D
     spark, ddl = ctx.spark, program.output_ddl(name)
     try:
         stored = stored_answer(ctx.home, name, m)
-        written, changes = stored.answer.files, [c.files for c in stored.changes if c.files]
+        written: Sequence[str] = stored.answer.files
+        changes = [c.files for c in stored.changes if c.files]
     except StrataError:  # never answered (its window was incomplete): every row is new
         written, changes = [], []
     parts = [spark.read.schema(ddl).parquet(*written)

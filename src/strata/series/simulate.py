@@ -43,13 +43,15 @@ def simulate(trace: Mapping[str, Any]) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as e:
         raise StrataError(f"a trace needs days, streams and series ({e})") from None
     plans: dict[str, list[tuple[SeriesPlan, float, bool]]] = defaultdict(list)
-    for e in entries:
-        stream = e["stream"]
+    for entry in entries:
+        stream = entry["stream"]
         if stream not in streams:
-            raise StrataError(f"series {e['name']!r} reads unknown stream {stream!r}")
-        s = Series(e["name"], e["sql"], e.get("tables", {}), int(e.get("period", 1)))
+            raise StrataError(f"series {entry['name']!r} reads unknown stream {stream!r}")
+        s = Series(entry["name"], entry["sql"], entry.get("tables", {}),
+                   int(entry.get("period", 1)))
         plan = plan_of(s, stream, streams[stream]["columns"])
-        plans[stream].append((plan, float(e.get("view_ratio", 1.0)), e.get("recurring", True)))
+        plans[stream].append((plan, float(entry.get("view_ratio", 1.0)),
+                              entry.get("recurring", True)))
     raw = {"read": 0.0, "written": 0.0}
     shared = {"read": 0.0, "written": 0.0}
     views = 0
