@@ -206,24 +206,7 @@ class _Converter:
         node, scope, conds = self._from(select)
         for lateral in select.args.get("laterals") or []:
             node = sql_rows.lateral_view(node, scope, lateral)
-        where = select.args.get("where")
-        if where is not None:
-            for c in conjuncts(where.this):
-                if isinstance(c, exp.In) and c.args.get("query") is not None:
-                    node = self._semi_join(node, scope, c)
-                elif any(isinstance(s, exp.Exists) or isinstance(s, exp.In) and s.args.get(
-                        "query") is not None for s in c.walk()):
-                    raise QueryError(
-                        f"{c.sql(dialect='spark')!r}: a subquery in WHERE is supported only "
-                        "as a conjunct `col IN (SELECT …)` (a semi-join); NOT IN, EXISTS and "
-                        "an IN under OR are not supported (write EXISTS as IN)")
-                else:
-                    conds.append(scope.qualify(c))
-        for e in conds:
-            if any(is_aggregate(n) for n in e.walk()):
-                raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
-        if conds:
-            node = Map(node, and_all(*conds))
+        node = self._where(select, node, scope, conds)
         items = self._select_items(select, scope, node)
         group = select.args.get("group")
         having = select.args.get("having")
@@ -250,6 +233,28 @@ class _Converter:
         else:
             node = Map(node, None, tuple((n, scope.qualify(e)) for n, e in items))
         return Query(node, self._order(select, node), self._limit(select))
+
+    def _where(self, select: exp.Select, node: Node, scope: Scope, conds: list[exp.Expr]
+               ) -> Node:
+        """``node`` filtered by the query's WHERE and the join conditions left over
+        (``conds``); a conjunct ``col IN (SELECT …)`` is a semi-join."""
+        where = select.args.get("where")
+        if where is not None:
+            for c in conjuncts(where.this):
+                if isinstance(c, exp.In) and c.args.get("query") is not None:
+                    node = self._semi_join(node, scope, c)
+                elif any(isinstance(s, exp.Exists) or isinstance(s, exp.In) and s.args.get(
+                        "query") is not None for s in c.walk()):
+                    raise QueryError(
+                        f"{c.sql(dialect='spark')!r}: a subquery in WHERE is supported only "
+                        "as a conjunct `col IN (SELECT …)` (a semi-join); NOT IN, EXISTS and "
+                        "an IN under OR are not supported (write EXISTS as IN)")
+                else:
+                    conds.append(scope.qualify(c))
+        for e in conds:
+            if any(is_aggregate(n) for n in e.walk()):
+                raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
+        return Map(node, and_all(*conds)) if conds else node
 
     def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expr]]:
         items: list[tuple[str, exp.Expr]] = []
