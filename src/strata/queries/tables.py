@@ -239,7 +239,7 @@ class QueryTables:
     def _write(self, s: _Staged) -> None:
         df = s.df
         assert df is not None  # writes() gives the tables staged and not written yet
-        held = driver_rows.held(s.df) if s.df is not None else None
+        held = driver_rows.held(df)
         if held is not None and self._write_held(s, held):
             s.df = None
             return
