@@ -32,7 +32,7 @@ from pathlib import Path
 from common import emit, parser, save  # benchmarks/common.py (this script's folder)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peer_structured_streaming as peer  # noqa: E402  (its data and its strata method)
+import peer_structured_streaming as peer  # its data and its strata method
 
 FULL = {"sizes": [10_000, 25_000, 50_000, 100_000, 200_000], "keys": 2_000_000,
         "increments": 6}

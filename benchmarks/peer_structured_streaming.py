@@ -288,7 +288,7 @@ def _stateful_processor(pandas: bool):
         def init(self, handle) -> None:
             self.count = handle.getValueState("count", schema)
 
-        def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
+        def handleInputRows(self, key, rows, timerValues) -> Iterator:
             import pandas as pd
 
             n = sum(len(p) for p in rows) + (self.count.get()[0] if self.count.exists() else 0)
@@ -299,7 +299,7 @@ def _stateful_processor(pandas: bool):
             pass
 
     class CountRows(CountInPandas):
-        def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
+        def handleInputRows(self, key, rows, timerValues) -> Iterator:
             from pyspark.sql import Row
 
             n = sum(1 for _ in rows) + (self.count.get()[0] if self.count.exists() else 0)

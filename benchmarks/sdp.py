@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import emit, parser, save  # noqa: E402
-from benchmarks.series_sdp import _io_of  # noqa: E402
-from tests.sdp.shop import copy_project, same, table, write_day  # noqa: E402
+from benchmarks.common import emit, parser, save
+from benchmarks.series_sdp import _io_of
+from tests.sdp.shop import copy_project, same, table, write_day
 
 BIN = Path(sys.executable).parent
 VIEWS = ("daily_revenue", "country_totals", "active_users", "products_sold", "top_products",

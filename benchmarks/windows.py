@@ -188,7 +188,7 @@ def check_duckdb(files: list[str], results, ratio: int, slide: int) -> bool:
     counts in the windows starting at its slide's start and the ratio − 1 before)."""
     import duckdb
 
-    log_ = pa.concat_tables([pq.read_table(f) for f in files])  # noqa: F841 (DuckDB reads it)
+    log_ = pa.concat_tables([pq.read_table(f) for f in files])  # DuckDB reads it
     want = duckdb.sql(f"""
         SELECT time_bucket(INTERVAL '{slide} minutes', ts) - k * INTERVAL '{slide} minutes'
                AS window_start, url, count(*) AS n, avg(bytes) AS avg_bytes

@@ -6,6 +6,7 @@ The import layers themselves are checked by ``lint-imports`` (contracts in
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -105,3 +106,33 @@ def test_no_module_relies_on_pysparks_private_classes_or_fields():
     offenders = [f"{p.relative_to(SRC.parent)}:{n}" for p in sorted(SRC.rglob("*.py"))
                  for n, line in _code_lines(p) if PYSPARK_PRIVATE.search(line)]
     assert not offenders, offenders
+
+
+MAX_FUNCTION_LINES = 80  # the code rule; ruff's PLR0915/C901 limits count statements
+# typer verbs: their signatures are one parameter (and its help) per command-line option
+LONG_FUNCTIONS_ALLOWED = SRC / "cli"
+
+
+def _long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """The functions of ``path`` longer than ``limit`` lines (decorators included)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines = (node.end_lineno or node.lineno) - first + 1
+            if lines > limit:
+                out.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+    return out
+
+
+def test_no_function_is_longer_than_80_lines():
+    offenders = [f for path in sorted(SRC.rglob("*.py"))
+                 if LONG_FUNCTIONS_ALLOWED not in path.parents
+                 for f in _long_functions(path)]
+    assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_the_function_size_check_finds_a_long_function(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("@decorated\ndef f():\n" + "    x = 1\n" * 5 + "\ndef g():\n    pass\n")
+    assert _long_functions(sample, limit=6) == ["sample.py:2 f (7 lines)"]

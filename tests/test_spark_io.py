@@ -37,7 +37,7 @@ def test_a_status_store_that_cannot_be_read_measures_nothing(spark, monkeypatch)
     from strata.physical import spark_io
 
     class Broken:
-        def jobsList(self, _):  # noqa: N802  (the JVM method's name)
+        def jobsList(self, _):  # the JVM method's name
             raise RuntimeError("py4j: the store went away")
 
     monkeypatch.setattr(spark_io, "_store", lambda _spark: Broken())

@@ -232,7 +232,7 @@ def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch,
     window's views hold more rows together, or its last answer had more) is written by
     Spark at once: its window is read once, where collecting it first read it twice.
     The answers equal DuckDB's either way; a one-row answer still goes by the driver."""
-    import strata.series.program as program
+    import strata.series.epoch as epoch
     from strata.config import QUERY_DRIVER_ROWS
 
     spark.conf.set(QUERY_DRIVER_ROWS.name, "5")
@@ -245,7 +245,7 @@ def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch,
     read = {}
     for route in ("expected", "collect first"):
         if route == "collect first":
-            monkeypatch.setattr(program, "answer_through_spark", lambda *a: False)
+            monkeypatch.setattr(epoch, "answer_through_spark", lambda *a: False)
         (tmp_path / route).mkdir()
         reports, _ = _answered_as_duckdb(spark, tmp_path / route, series, segments, False)
         read[route] = [r.metrics["spark_io"]["read"] for r in reports]

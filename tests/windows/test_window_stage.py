@@ -288,7 +288,7 @@ def test_deletes_retract_records_from_their_panes(spark, tmp_path):
     checked = 0
     for (start, end), got in results.items():
         log = netted[(netted["ts"] >= start) & (netted["ts"] < end)]
-        log = log.loc[log.index.repeat(log["_mult"])]  # noqa: F841 (DuckDB reads it)
+        log = log.loc[log.index.repeat(log["_mult"])]  # DuckDB reads it
         want = sorted(tuple(int(v) if not isinstance(v, str) else v for v in r)
                       for r in duckdb.sql(sql).fetchall())
         mine = sorted((dict(k)["url"], dict(k)["n"], dict(k)["total"], dict(k)["least"],

@@ -150,7 +150,7 @@ def check_epoch(c, name: str, upto: int, raw: list[list[dict]], width: int,
             if r["records"]:
                 included.add(key)
         mask = [(h, p) in included for h, p in zip(seen["_src"], seen["pane"], strict=True)]
-        log = seen[mask][["ts", "host", "url", "bytes", "user"]]  # noqa: F841 (DuckDB reads it)
+        log = seen[mask][["ts", "host", "url", "bytes", "user"]]  # DuckDB reads it
         want = duckdb.sql(sql).df() if len(log) else pd.DataFrame()
         got = [dict(k) for k, m in results.get(w, Counter()).items() for _ in range(m)]
         if not len(want):

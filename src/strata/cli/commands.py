@@ -400,6 +400,7 @@ def query(
     (`strata window add` sets its policies)."""
     with output.reported():
         from strata.physical.registration import compiled
+        from strata.queries.program import QueryProgram
         from strata.queries.stage import add_query
 
         if re.search(r"\bWINDOW\s*\(", sql, re.I):
@@ -430,8 +431,10 @@ def query(
                 if flow != f"{name}_changes":
                     scratch.source(flow, info["schema"])
             stage = add_query(scratch, name, sql, keys=keys, allow_recompute=allow_recompute)
-            plan = stage.program.inc
-            explained = stage.program.explain()
+            program = stage.program
+            assert isinstance(program, QueryProgram)  # what add_query compiles
+            plan = program.inc
+            explained = program.explain()
             backfilled = 0
             if not dry_run:
                 backfilled = catalog.register_stage(

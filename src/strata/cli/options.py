@@ -26,7 +26,9 @@ def _flags_without_a_type() -> None:
         return None if self.is_flag or self.count else typed(self, ctx)
 
     display_type_rich.strata_flags = True  # type: ignore[attr-defined]
-    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    # a method patched on the class; its context is the private click typer vendors
+    # (typer._click.Context), which typer.Context subclasses
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
 
 
 _flags_without_a_type()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -124,7 +124,7 @@ def list_(home: HomeOption, json_out: JsonOption = False,
     with output.reported():
         with catalog_of(existing_home(home, catalog_at)) as catalog:
             programs = registry.registered(catalog)
-        rows = [{"name": s.name, "stream": p.stream, "period": s.period,
+        rows: list[dict[str, Any]] = [{"name": s.name, "stream": p.stream, "period": s.period,
                  "lateness": s.lateness, "shared_scan": _setting(p),
                  "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
                  "first_occurrence": p.plans[s.name].schedule.first,

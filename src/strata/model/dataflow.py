@@ -217,6 +217,22 @@ class Dataflow:
             translate = _compiled(name, program.kind)
         if not callable(translate):
             raise DataflowError(f"stage {name!r}: translate must be a function")
+        ins = self._stage_inputs(name, inputs)
+        outs = self._stage_outputs(name, outputs)
+        if state is not None:
+            _check_state(name, state, ins)
+        if program is None:
+            _check_arity(name, translate, len(ins), state is not None)
+        else:
+            self._require(program, ins)
+        for f in outs:
+            f.producer = name
+        st = Stage(name, translate, ins, outs, state, runnable, program)
+        self.stages[name] = st
+        return st
+
+    def _stage_inputs(self, name: str, inputs: Iterable[Input | Flow | str]) -> list[Input]:
+        """Stage ``name``'s inputs, each a declared flow read once, its specs valid."""
         ins = [i if isinstance(i, Input) else Input(i) for i in inputs]
         for i in ins:
             if i.flow_name not in self.flows:
@@ -224,6 +240,12 @@ class Dataflow:
             i.route, i.order  # noqa: B018  (validates the specs early)
         if len({i.flow_name for i in ins}) != len(ins):
             raise DataflowError(f"stage {name!r} reads the same flow twice")
+        return ins
+
+    def _stage_outputs(self, name: str, outputs: Iterable[Flow | str] | Mapping[str, SchemaLike]
+                       ) -> list[Flow]:
+        """Stage ``name``'s outputs (declared now from a mapping name → schema), each an
+        internal flow no other stage writes."""
         outs: list[Flow] = []
         if isinstance(outputs, Mapping):
             outs = [self._add_flow(n, s) for n, s in outputs.items()]
@@ -244,27 +266,7 @@ class Dataflow:
                     f"flow {f.name!r} is written by both {f.producer!r} and {name!r}; "
                     "a flow has one producer"
                 )
-        if state is not None:
-            state.arrow_schema  # noqa: B018
-            if state.route_by is None:
-                raise DataflowError(
-                    f"stage {name!r} has state but no route key: give State(route_by=...)"
-                )
-            if state.grouping not in ("outer", "inner"):
-                raise DataflowError(f"stage {name!r}: grouping must be 'outer' or 'inner'")
-            if not any(i.route_by is not None for i in ins):
-                raise DataflowError(
-                    f"stage {name!r} has state but no input with a route_by to group it with"
-                )
-        if program is None:
-            _check_arity(name, translate, len(ins), state is not None)
-        else:
-            self._require(program, ins)
-        for f in outs:
-            f.producer = name
-        st = Stage(name, translate, ins, outs, state, runnable, program)
-        self.stages[name] = st
-        return st
+        return outs
 
     def _require(self, program: StageProgram, ins: Sequence[Input]) -> None:
         """Declare the columns ``program`` needs a value in NOT NULL on the external
@@ -330,6 +332,22 @@ def _compiled(stage: str, kind: str) -> Translate:
                             "program and has no per-record translate")
 
     return compiled_program
+
+
+def _check_state(name: str, state: State, ins: Sequence[Input]) -> None:
+    """Stage ``name``'s state is valid: its schema, a route key, a grouping, and an input
+    with a route key to group it with."""
+    state.arrow_schema  # noqa: B018
+    if state.route_by is None:
+        raise DataflowError(
+            f"stage {name!r} has state but no route key: give State(route_by=...)"
+        )
+    if state.grouping not in ("outer", "inner"):
+        raise DataflowError(f"stage {name!r}: grouping must be 'outer' or 'inner'")
+    if not any(i.route_by is not None for i in ins):
+        raise DataflowError(
+            f"stage {name!r} has state but no input with a route_by to group it with"
+        )
 
 
 def _check_arity(stage: str, fn: Callable[..., Any], n_inputs: int, stateful: bool) -> None:

@@ -23,7 +23,7 @@ def evaluate_route(route, record: dict) -> tuple[int, Any]:
     """
     try:
         r = route(record)
-    except Exception as e:  # noqa: BLE001 - any user error becomes a BadRoute
+    except Exception as e:  # any user error becomes a BadRoute
         raise BadRoute(f"route_by raised {type(e).__name__}: {e}") from e
     t = type(r)
     if t is str or t is int:
@@ -65,7 +65,7 @@ def sort_by(order, records: Iterable[dict]) -> list[dict]:
     for r in records:
         try:
             keyed.append((order(r), r))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise BadRoute(f"order_by raised {type(e).__name__}: {e}") from e
     try:
         keyed.sort(key=lambda kr: kr[0])

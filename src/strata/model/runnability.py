@@ -100,7 +100,7 @@ def normalize(spec: Mapping[str, int] | set[str] | Sequence[str]) -> dict[str, i
     return dict.fromkeys(spec, 1)
 
 
-class sliding:  # noqa: N801  (a rule, named like the functions above)
+class sliding:  # a rule, named like the functions above
     """Run once per new increment of ``flow``, reading it together with the ``keep``
     increments read before it, which stay queued (a window of raw segments the stage can
     go back to); older ones are removed. With ``side`` (a flow of corrections to what was

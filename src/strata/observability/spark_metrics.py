@@ -286,6 +286,8 @@ class SparkMetrics:
         polling does the job.
         """
         # Internal API: on any failure (e.g. a timeout), polling in for_group is the fallback.
+        if self._context is None:  # Spark Connect: no listener bus here
+            return
         with suppress(Exception):
             self._context._jsc.sc().listenerBus().waitUntilEmpty(max(1, int(timeout_s * 1000)))
 

@@ -124,7 +124,7 @@ def unpack(batches: Sequence[pa.RecordBatch]) -> tuple[list[int], list[pa.Record
     return partitions, records
 
 
-class KeyTooLong(Exception):  # noqa: N818 (a record the map side cannot hash)
+class KeyTooLong(Exception):  # a record the map side cannot hash
     """A key whose bytes are beyond what :mod:`spark_hash` hashes in one piece."""
 
 

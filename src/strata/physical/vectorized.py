@@ -120,7 +120,7 @@ def arrow_enabled(spark: Any) -> bool:
         raise DataflowError(str(e)) from None
 
 
-class _NotHere(Exception):  # noqa: N818  (a signal to let Spark do it, not a failure)
+class _NotHere(Exception):  # a signal to let Spark do it, not a failure
     """The driver cannot do this with Arrow: Spark does."""
 
 

@@ -44,11 +44,20 @@ from strata.queries.monoids import AggCall
 
 
 class Node:
-    """A query operator."""
+    """A query operator. Each kind computes its ``columns`` (name -> Spark type), its
+    ``key`` (the columns that identify a row, when known) and whether it ``retracts``."""
 
-    columns: dict[str, str]
-    key: tuple[str, ...] | None
-    retracts: bool
+    @property
+    def columns(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        raise NotImplementedError
+
+    @property
+    def retracts(self) -> bool:
+        raise NotImplementedError
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -353,7 +362,7 @@ class Windowed(Node):
 
     child: Node
     partition: tuple[str, ...]
-    outputs: tuple[tuple[str, Expr], ...]
+    outputs: tuple[tuple[str, exp.Window], ...]
 
     def __post_init__(self) -> None:
         for n, _ in self.outputs:
@@ -453,6 +462,12 @@ def normalize(node: Node) -> Node:
     if isinstance(node, (Explode, Windowed)):  # filters above a window stay above it
         return replace(node, child=normalize(node.child))
     assert isinstance(node, Map)
+    return _normalize_map(node)
+
+
+def _normalize_map(node: Map) -> Node:
+    """A map normalized: fused with a map below it, its filters pushed below a join or an
+    explode, dropped if it does nothing."""
     child = normalize(node.child)
     where, outputs = node.where, node.outputs
     if isinstance(child, Map):  # map ∘ map = one map
@@ -466,30 +481,46 @@ def normalize(node: Node) -> Node:
         where = and_all(child.where, where)
         child = child.child
     if isinstance(child, Join) and where is not None:
-        keep, left, right = [], [], []
-        for c in conjuncts(where):
-            used = column_names(c)
-            # above a left join, a right column may be a padding NULL: its filters stay
-            (left if used <= set(child.left.columns) else
-             right if used <= set(child.right.columns) and child.how == "inner"
-             else keep).append(c)
-        if left or right:
-            child = Join(normalize(Map(child.left, and_all(*left))) if left else child.left,
-                         normalize(Map(child.right, and_all(*right))) if right else child.right,
-                         child.on, child.how)
-            where = and_all(*keep)
+        child, where = _filter_below_join(child, where)
     if isinstance(child, Explode) and where is not None:  # filter rows before repeating them
-        below, above = [], []
-        for c in conjuncts(where):
-            (above if {child.name, child.position} & column_names(c) else below).append(c)
-        if below:
-            child = replace(child, child=normalize(Map(child.child, and_all(*below))))
-            where = and_all(*above)
+        child, where = _filter_below_explode(child, where)
     if where is None and (outputs is None or all(
             isinstance(e, exp.Column) and e.name == n for n, e in outputs)
             and [n for n, _ in outputs] == list(child.columns)):
         return child
     return Map(child, where, outputs)
+
+
+def _filter_below_join(child: Join, where: Expr) -> tuple[Node, Expr | None]:
+    """The join with the conjuncts of ``where`` over one side's columns filtering that
+    side, and the conjuncts left above it."""
+    keep: list[Expr] = []
+    left: list[Expr] = []
+    right: list[Expr] = []
+    for c in conjuncts(where):
+        used = column_names(c)
+        # above a left join, a right column may be a padding NULL: its filters stay
+        (left if used <= set(child.left.columns) else
+         right if used <= set(child.right.columns) and child.how == "inner"
+         else keep).append(c)
+    if not (left or right):
+        return child, where
+    return (Join(normalize(Map(child.left, and_all(*left))) if left else child.left,
+                 normalize(Map(child.right, and_all(*right))) if right else child.right,
+                 child.on, child.how),
+            and_all(*keep))
+
+
+def _filter_below_explode(child: Explode, where: Expr) -> tuple[Node, Expr | None]:
+    """The explode with the conjuncts of ``where`` not over its element or position
+    filtering its input, and the conjuncts left above it."""
+    below: list[Expr] = []
+    above: list[Expr] = []
+    for c in conjuncts(where):
+        (above if {child.name, child.position} & column_names(c) else below).append(c)
+    if not below:
+        return child, where
+    return replace(child, child=normalize(Map(child.child, and_all(*below)))), and_all(*above)
 
 
 def passthrough(names: list[str]) -> tuple[tuple[str, Expr], ...]:

@@ -136,7 +136,7 @@ class Relation:
         ``distinct``, a row as many more times as this relation has it (``EXCEPT ALL``)."""
         return self._set_operation(exp.except_, other, distinct)
 
-    def _set_operation(self, make: Callable[..., exp.Expression], other: Relation,
+    def _set_operation(self, make: Callable[..., exp.Expr], other: Relation,
                        distinct: bool) -> Relation:
         alias = _fresh("u")
         both = make(self.select.copy(), other.select.copy(), distinct=distinct)
@@ -179,14 +179,14 @@ class Grouped:
 
 def table(flow: str, *, key: str | Sequence[str] | None = None, alias: str = "") -> Relation:
     """All rows of ``flow``; ``key`` declares its unique key (needed for joins)."""
-    src = exp.to_table(flow)
+    src: exp.Expr = exp.to_table(flow)
     if alias:
         src = exp.alias_(src, alias, table=True)
     keys = {flow: (key,) if isinstance(key, str) else tuple(key)} if key else {}
     return Relation(exp.select("*").from_(src), keys, {}, alias)
 
 
-def _from_subquery(query: exp.Expression, alias: str) -> exp.Select:
+def _from_subquery(query: exp.Expr, alias: str) -> exp.Select:
     """``SELECT * FROM (query) alias``."""
     return exp.select("*").from_(exp.Subquery(this=query, alias=exp.TableAlias(
         this=exp.to_identifier(alias))))

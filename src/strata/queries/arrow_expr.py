@@ -43,7 +43,7 @@ _COMPARE: dict[type, Callable] = {exp.EQ: pc.equal, exp.NEQ: pc.not_equal,
                                   exp.LT: pc.less, exp.LTE: pc.less_equal}
 
 
-class Unsupported(Exception):  # noqa: N818  (a signal to fall back, not a failure)
+class Unsupported(Exception):  # a signal to fall back, not a failure
     """The expression (or these values) is not evaluated here: run it in Spark."""
 
 

@@ -13,7 +13,7 @@ from sqlglot import exp
 from strata.queries.errors import QueryError
 
 
-def inline_ctes(tree: exp.Expression) -> exp.Expression:
+def inline_ctes(tree: exp.Expr) -> exp.Expr:
     """``tree`` with every ``WITH`` (at any depth) replaced by its CTEs' bodies, each
     reference to a CTE becoming a subquery aliased as the reference was."""
     tree = tree.copy()
@@ -22,7 +22,7 @@ def inline_ctes(tree: exp.Expression) -> exp.Expression:
             raise QueryError("WITH RECURSIVE is not supported: write the loop as an "
                              "iterative query (strata.queries.iterate)")
         owner = with_.parent
-        bodies: dict[str, exp.Expression] = {}
+        bodies: dict[str, exp.Expr] = {}
         for cte in with_.expressions:
             body = _replace_refs(cte.this.copy(), bodies)
             name = cte.alias_or_name
@@ -35,8 +35,8 @@ def inline_ctes(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _replace_refs(node: exp.Expression, bodies: dict[str, exp.Expression]
-                  ) -> exp.Expression:
+def _replace_refs(node: exp.Expr, bodies: dict[str, exp.Expr]
+                  ) -> exp.Expr:
     """Each table reference in ``node`` that names a CTE of ``bodies`` (unqualified by a
     database) becomes that CTE's body as a subquery, under the reference's alias."""
     for table in list(node.find_all(exp.Table)):

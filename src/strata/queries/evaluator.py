@@ -23,7 +23,7 @@ from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, S
 from strata.queries.dispatch import EvalMode
 from strata.queries.errors import QueryError
 from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
-from strata.queries.frames import cut, empty_frame, local_rows, spark_type
+from strata.queries.frames import cut, empty_frame, local_rows, spark_type, struct_type
 from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
 from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
@@ -172,7 +172,7 @@ class Evaluator:
         """:meth:`flow_rows` read by the driver with pyarrow and held (no Spark job), if
         the increment has at most ``spark.strata.query.driverRows`` rows and its types read as Spark
         reads them; else None."""
-        schema = spark_type(self.program.flow_ddl[flow])
+        schema = struct_type(self.program.flow_ddl[flow])
         try:
             table = read_table(self._files(flow), driver_rows.arrow_schema(schema),
                                dispatch.driver_rows(self.spark))

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from strata.queries.errors import QueryError
 
-Expr = exp.Expression
+Expr = exp.Expr  # every sqlglot node (its parser returns Expr, the base of Expression)
 MULT = "_mult"  # the multiplicity column: +n inserts, -n deletes (absent means +1)
 
 _NUMERIC = ["tinyint", "smallint", "int", "bigint", "float", "double"]
@@ -56,7 +56,7 @@ AGGREGATES = {"count", "sum", "avg", "mean", "min", "max", "stddev", "stddev_sam
 
 def parse(text: str | Expr) -> Expr:
     """A scalar expression from SQL text (Spark dialect) or an expression as it is."""
-    if isinstance(text, exp.Expression):
+    if isinstance(text, exp.Expr):
         return text
     try:
         return sqlglot.parse_one(text, read="spark")

@@ -31,6 +31,14 @@ def spark_type(sql_type: str) -> DataType:
     return _parse_datatype_string(sql_type)
 
 
+def struct_type(ddl: str) -> StructType:
+    """The Spark schema of ``ddl``, the DDL of a struct's fields (``a int, b string``)."""
+    schema = spark_type(ddl)
+    if not isinstance(schema, StructType):
+        raise TypeError(f"{ddl!r} is the DDL of a {schema.simpleString()}, not of fields")
+    return schema
+
+
 def ddl_of(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
@@ -104,8 +112,9 @@ def _connect_local_rows(df: DataFrame) -> int | None:
     passed = False  # went through a projection or filter
     while isinstance(node, cp.Project | cp.Filter | cp.WithColumns | cp.SubqueryAlias):
         node, passed = node._child, True
-    if isinstance(node, cp.LocalRelation) and getattr(node, "_table", None) is not None:
-        rows = node._table.num_rows
+    table = getattr(node, "_table", None) if isinstance(node, cp.LocalRelation) else None
+    if table is not None:
+        rows = table.num_rows
         return rows if rows == 0 or not passed else None
     return None
 
@@ -113,8 +122,7 @@ def _connect_local_rows(df: DataFrame) -> int | None:
 def empty_frame(spark: SparkSession, ddl: str) -> Rows:
     """No rows of schema ``ddl``, held; as a frame, one Spark's optimizer knows to be
     empty (a local relation: joins with it are dropped from plans, unlike an empty RDD's)."""
-    schema = spark_type(ddl)
-    assert isinstance(schema, StructType)
+    schema = struct_type(ddl)
     return Rows.of_arrow(spark, driver_rows.arrow_schema(schema).empty_table(), schema)
 
 

@@ -164,8 +164,8 @@ class IncrementalQuery:
             lines.append(f"{pad}  Δout = for each partition Δ touches, the window over its "
                          "rows after − over its rows before")
         elif isinstance(node, Join):
-            plan = self.joins[id(node)]
-            lines.append(f"{pad}  state {plan.name}_left, {plan.name}_right: each side's rows "
+            join = self.joins[id(node)]
+            lines.append(f"{pad}  state {join.name}_left, {join.name}_right: each side's rows "
                          f"(append-only), lineage _j0… = join key, never re-shuffled")
             lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
                          "L._mult · R._mult")

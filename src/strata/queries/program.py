@@ -24,7 +24,7 @@ from strata.queries import dispatch
 from strata.queries.algebra import GroupBy
 from strata.queries.evaluator import EvalMode, Evaluator
 from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, spark_type, write_parquet
+from strata.queries.frames import run_all, struct_type, write_parquet
 from strata.queries.incremental import IncrementalQuery
 from strata.queries.rows import Rows
 from strata.queries.tables import QueryTables
@@ -74,12 +74,13 @@ class QueryProgram(StageProgram):
         can be read without the dataflow or Spark (``strata show NAME``)."""
         root, q = self.inc.root, self.inc.query
         grouped = isinstance(root, GroupBy)
-        counts = []
-        if grouped and not root.keys:  # a total aggregate over no rows: count 0, else NULL
+        total = isinstance(root, GroupBy) and not root.keys
+        counts: list[str] = []
+        if isinstance(root, GroupBy) and total:  # over no rows: count 0, else NULL
             counts = [n for n, e in root.outputs if getattr(e, "name", "") in {
                 f"_a{i}" for i, a in enumerate(root.aggs) if a.func == "count"}]
         return {"table": self.inc.groups[id(root)].name if grouped else ANSWER,
-                "grouped": grouped, "total": grouped and not root.keys,
+                "grouped": grouped, "total": total,
                 "total_counts": counts, "columns": list(q.columns), "ddl": self.output_ddl,
                 "order_by": [list(o) for o in q.order_by], "limit": q.limit}
 
@@ -184,7 +185,7 @@ class QueryProgram(StageProgram):
         """SQL casting the changes' columns to the declared output schema, in its order."""
         if self._casts is None:
             self._casts = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`"
-                           for f in spark_type(self.output_ddl).fields]
+                           for f in struct_type(self.output_ddl).fields]
         return self._casts
 
 

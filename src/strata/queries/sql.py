@@ -48,10 +48,10 @@ from strata.queries.expressions import (
 )
 from strata.queries.monoids import AggCall, UserAggregate
 
-_AGG_NAMES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
-              exp.Max: "max", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
-              exp.StddevPop: "stddev_pop", exp.Variance: "var_samp",
-              exp.VariancePop: "var_pop"}
+_AGG_NAMES: dict[type[exp.Expr], str] = {
+    exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
+    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop", exp.Variance: "var_samp", exp.VariancePop: "var_pop"}
 
 
 def parse_sql(sql: str, flows: Mapping[str, Mapping[str, str]],
@@ -107,7 +107,7 @@ class Scope:
             raise QueryError(f"column {c.name!r} is ambiguous; qualify it with a table alias")
         return hits[0]
 
-    def qualify(self, e: exp.Expression) -> exp.Expression:
+    def qualify(self, e: exp.Expr) -> exp.Expr:
         return e.copy().transform(
             lambda n: col(self.resolve(n)) if isinstance(n, exp.Column) else n)
 
@@ -118,9 +118,10 @@ class _Converter:
         self.counter = 0
 
     # -- FROM --------------------------------------------------------------------------
-    def _source(self, item: exp.Expression, prefixed: bool) -> tuple[Node, str, dict]:
+    def _source(self, item: exp.Expr, prefixed: bool) -> tuple[Node, str, dict]:
         alias = item.alias_or_name
         prefix = f"{alias}__" if prefixed else ""
+        node: Node
         if isinstance(item, exp.Table):
             flow = item.name
             if flow not in self.flows:
@@ -145,7 +146,7 @@ class _Converter:
             return node, alias, {c: prefix + c for c in inner.root.columns}
         raise QueryError(f"unsupported FROM item {item.sql()!r}: use a flow or (SELECT …)")
 
-    def _from(self, select: exp.Select) -> tuple[Node, Scope, list[exp.Expression]]:
+    def _from(self, select: exp.Select) -> tuple[Node, Scope, list[exp.Expr]]:
         joins = select.args.get("joins") or []
         from_ = select.args.get("from_") or select.args.get("from")
         if from_ is None:
@@ -153,7 +154,7 @@ class _Converter:
         scope = Scope()
         node, alias, cols = self._source(from_.this, bool(joins))
         scope.aliases[alias] = cols
-        leftover: list[exp.Expression] = []
+        leftover: list[exp.Expr] = []
         for j in joins:
             side = _join_side(j)
             right, ralias, rcols = self._source(j.this, True)
@@ -205,24 +206,7 @@ class _Converter:
         node, scope, conds = self._from(select)
         for lateral in select.args.get("laterals") or []:
             node = sql_rows.lateral_view(node, scope, lateral)
-        where = select.args.get("where")
-        if where is not None:
-            for c in conjuncts(where.this):
-                if isinstance(c, exp.In) and c.args.get("query") is not None:
-                    node = self._semi_join(node, scope, c)
-                elif any(isinstance(s, exp.Exists) or isinstance(s, exp.In) and s.args.get(
-                        "query") is not None for s in c.walk()):
-                    raise QueryError(
-                        f"{c.sql(dialect='spark')!r}: a subquery in WHERE is supported only "
-                        "as a conjunct `col IN (SELECT …)` (a semi-join); NOT IN, EXISTS and "
-                        "an IN under OR are not supported (write EXISTS as IN)")
-                else:
-                    conds.append(scope.qualify(c))
-        for e in conds:
-            if any(is_aggregate(n) for n in e.walk()):
-                raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
-        if conds:
-            node = Map(node, and_all(*conds))
+        node = self._where(select, node, scope, conds)
         items = self._select_items(select, scope, node)
         group = select.args.get("group")
         having = select.args.get("having")
@@ -250,8 +234,30 @@ class _Converter:
             node = Map(node, None, tuple((n, scope.qualify(e)) for n, e in items))
         return Query(node, self._order(select, node), self._limit(select))
 
-    def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expression]]:
-        items: list[tuple[str, exp.Expression]] = []
+    def _where(self, select: exp.Select, node: Node, scope: Scope, conds: list[exp.Expr]
+               ) -> Node:
+        """``node`` filtered by the query's WHERE and the join conditions left over
+        (``conds``); a conjunct ``col IN (SELECT …)`` is a semi-join."""
+        where = select.args.get("where")
+        if where is not None:
+            for c in conjuncts(where.this):
+                if isinstance(c, exp.In) and c.args.get("query") is not None:
+                    node = self._semi_join(node, scope, c)
+                elif any(isinstance(s, exp.Exists) or isinstance(s, exp.In) and s.args.get(
+                        "query") is not None for s in c.walk()):
+                    raise QueryError(
+                        f"{c.sql(dialect='spark')!r}: a subquery in WHERE is supported only "
+                        "as a conjunct `col IN (SELECT …)` (a semi-join); NOT IN, EXISTS and "
+                        "an IN under OR are not supported (write EXISTS as IN)")
+                else:
+                    conds.append(scope.qualify(c))
+        for e in conds:
+            if any(is_aggregate(n) for n in e.walk()):
+                raise QueryError(f"aggregate in WHERE {e.sql()!r}: use HAVING")
+        return Map(node, and_all(*conds)) if conds else node
+
+    def _select_items(self, select, scope, node) -> list[tuple[str, exp.Expr]]:
+        items: list[tuple[str, exp.Expr]] = []
         for e in select.expressions:
             if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(
                     e.this, exp.Star)):
@@ -269,7 +275,7 @@ class _Converter:
         return list(zip(names, [e for _, e in items], strict=True))
 
     def _group_by(self, node, scope, items, group, having, distinct) -> GroupBy:
-        keys: list[tuple[str, exp.Expression]] = []
+        keys: list[tuple[str, exp.Expr]] = []
         key_sql: dict[str, str] = {}
         group_exprs = list(group.expressions) if group is not None else []
         if distinct:
@@ -288,10 +294,10 @@ class _Converter:
         aggs: list[AggCall] = []
         agg_sql: dict[str, str] = {}
 
-        def lower(e: exp.Expression) -> exp.Expression:
+        def lower(e: exp.Expr) -> exp.Expr:
             q = scope.qualify(e)
 
-            def sub(n: exp.Expression) -> exp.Expression:
+            def sub(n: exp.Expr) -> exp.Expr:
                 if n.sql() in key_sql:
                     return col(key_sql[n.sql()])
                 if is_aggregate(n) or self._user_call(n) is not None:
@@ -369,7 +375,7 @@ class _Converter:
             node = GroupBy(node, keys, (), keys, None)
         return Query(node, self._order(op, node), self._limit(op))
 
-    def _branch(self, branch: exp.Expression, word: str) -> Node:
+    def _branch(self, branch: exp.Expr, word: str) -> Node:
         if isinstance(branch, exp.Subquery):
             branch = branch.this
         if not isinstance(branch, exp.Select | exp.SetOperation):
@@ -380,12 +386,12 @@ class _Converter:
                              "incrementally; put them after the last branch")
         return inner.root
 
-    def _user_call(self, n: exp.Expression) -> UserAggregate | None:
+    def _user_call(self, n: exp.Expr) -> UserAggregate | None:
         if isinstance(n, exp.Anonymous):
             return self.aggregates.get(n.name.lower())
         return None
 
-    def _agg(self, n: exp.Expression) -> AggCall:
+    def _agg(self, n: exp.Expr) -> AggCall:
         user = self._user_call(n)
         if user is not None:
             args = n.expressions
@@ -429,13 +435,13 @@ class _Converter:
         order = select.args.get("order")
         if order is None:
             return ()
-        out = []
+        out: list[tuple[str, bool]] = []
         for o in order.expressions:
             e = o.this
             name = e.name if isinstance(e, exp.Column) else None
             if isinstance(e, exp.Literal) and e.is_int:
                 name = list(node.columns)[int(e.this) - 1]
-            if name not in node.columns:
+            if name is None or name not in node.columns:
                 raise QueryError(f"ORDER BY {e.sql()!r}: order by an output column name")
             out.append((name, not o.args.get("desc")))
         return tuple(out)
@@ -451,15 +457,15 @@ class _Converter:
         return int(e.this)
 
 
-def _output_aliases(e: exp.Expression, scope: Scope,
-                    items: Sequence[tuple[str, exp.Expression]]) -> exp.Expression:
+def _output_aliases(e: exp.Expr, scope: Scope,
+                    items: Sequence[tuple[str, exp.Expr]]) -> exp.Expr:
     """``e`` (a GROUP BY or HAVING term) with each unqualified column that names no input
     column but an output (``SELECT count(*) AS c … HAVING c > 1``) replaced by the
     output's expression, as Spark resolves them; input columns win."""
     outputs = {n.lower(): x for n, x in items}
     inputs = {c.lower() for cols in scope.aliases.values() for c in cols}
 
-    def sub(n: exp.Expression) -> exp.Expression:
+    def sub(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and not n.table and n.name.lower() not in inputs \
                 and n.name.lower() in outputs:
             return outputs[n.name.lower()].copy()
@@ -486,7 +492,7 @@ def _join_side(j: exp.Join) -> str:
 
 
 def _outer_join(node: Node, other: Node, pairs: list[tuple[str, str]],
-                extra: list[tuple[exp.Expression, exp.Expression]], side: str,
+                extra: list[tuple[exp.Expr, exp.Expr]], side: str,
                 alias: str) -> Node:
     """``node LEFT|RIGHT|FULL JOIN other`` as left joins: a right join is one with its
     sides swapped, then its columns put back in order; a full join is the left join
@@ -516,14 +522,14 @@ def _outer_join(node: Node, other: Node, pairs: list[tuple[str, str]],
     return Map(swapped, None, passthrough([*node.columns, *other.columns]))
 
 
-def _cast(e: exp.Expression, to: str, was: str) -> exp.Expression:
+def _cast(e: exp.Expr, to: str, was: str) -> exp.Expr:
     """``e`` cast to type ``to`` unless it already has it."""
     if to == was:
         return e
     return exp.Cast(this=e, to=exp.DataType.build(to, dialect="spark"))
 
 
-def _default_name(e: exp.Expression) -> str:
+def _default_name(e: exp.Expr) -> str:
     if isinstance(e, exp.Column):
         return e.name
     return re.sub(r"[^0-9a-zA-Z]+", "_", e.sql(dialect="spark").lower()).strip("_") or "col"

@@ -45,8 +45,8 @@ def lateral_view(node: Node, scope: Scope, lateral: exp.Lateral) -> Node:
     return out
 
 def select_generator(node: Node, scope: Scope,
-                      items: list[tuple[str, exp.Expression]], i: int
-                      ) -> tuple[Node, list[tuple[str, exp.Expression]]]:
+                      items: list[tuple[str, exp.Expr]], i: int
+                      ) -> tuple[Node, list[tuple[str, exp.Expr]]]:
     """``SELECT …, explode(array) AS name, …``: the rows exploded, the item a column."""
     name, gen = items[i]
     if isinstance(gen, exp.Posexplode):
@@ -61,11 +61,13 @@ def select_generator(node: Node, scope: Scope,
     items[i] = (name, exp.column(internal, table=COMPUTED))
     return node, items
 
-def windowed(node: Node, scope: Scope, items: list[tuple[str, exp.Expression]],
-              at: list[int]) -> tuple[Node, list[tuple[str, exp.Expression]]]:
+def windowed(node: Node, scope: Scope, items: list[tuple[str, exp.Expr]],
+              at: list[int]) -> tuple[Node, list[tuple[str, exp.Expr]]]:
     """``SELECT …, f(…) OVER (PARTITION BY … ORDER BY …) AS name, …``: the rows with
     the window columns, each such item a column."""
-    outputs, partition, items = [], None, list(items)
+    outputs: list[tuple[str, exp.Window]] = []
+    partition: tuple[str, ...] | None = None
+    items = list(items)
     for i in at:
         name, e = items[i]
         if not isinstance(e, exp.Window):
@@ -73,6 +75,7 @@ def windowed(node: Node, scope: Scope, items: list[tuple[str, exp.Expression]],
                              "supported as a whole item, f(…) OVER (…) AS name; compute "
                              "with its value in an outer query")
         w = scope.qualify(e)
+        assert isinstance(w, exp.Window)  # qualifying renames columns, never the root
         parts = w.args.get("partition_by") or []
         if not all(isinstance(p, exp.Column) for p in parts):
             raise QueryError(f"{e.sql(dialect='spark')!r}: PARTITION BY columns; compute "

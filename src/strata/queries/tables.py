@@ -187,7 +187,7 @@ class QueryTables:
 
     def schema(self, name: str) -> StructType:
         """The committed table's Spark schema (from the catalog entry: no Spark call)."""
-        return frames.spark_type(self.live[name]["ddl"])
+        return frames.struct_type(self.live[name]["ddl"])
 
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows

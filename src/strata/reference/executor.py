@@ -47,16 +47,67 @@ def run_stage_epoch(
 ) -> tuple[dict[str, list[dict]], RefState]:
     """Run one epoch of ``stage``; return its output increments and its new state."""
     flows = stage.input_names
-    keyed: dict[bytes, dict[str, list[dict]]] = defaultdict(lambda: {f: [] for f in flows})
-    key_of: dict[bytes, Any] = {}
-    broadcasts: dict[str, list[tuple[dict, Any]]] = {f: [] for f in flows}
-    own_groups: list[tuple[str, dict]] = []  # records routed to a group of their own
+    routed = _route_inputs(stage, inputs, state, epoch)
+    grouping = stage.state.grouping if stage.state else None
+    called = set(routed.keyed)
+    if grouping == "outer":
+        called |= set(state.entries)
+        for enc in state.entries:
+            routed.key_of.setdefault(enc, state.entries[enc][0])
 
+    calls = _Calls(stage, epoch)
+    for enc in sorted(called):
+        per_flow = routed.keyed[enc] if enc in routed.keyed else {f: [] for f in flows}
+        state_recs = state.entries[enc][1] if enc in state.entries else []
+        per_flow = {f: list(per_flow[f]) for f in flows}
+        for f in flows:
+            for rec, target in routed.broadcasts[f]:
+                if _receives(target, enc, routed.keyed, state):
+                    per_flow[f].append(rec)
+        calls.call(routed.key_of[enc], state_recs, per_flow)
+
+    for f, rec in routed.own_groups:
+        per_flow = {g: [] for g in flows}
+        per_flow[f] = [rec]
+        calls.call(None, [], per_flow)
+
+    new_entries = calls.entries
+    if grouping == "inner":  # carry unread state forward, plus what was written to it
+        for enc, (key, recs) in state.entries.items():
+            if enc not in called:
+                written = new_entries.get(enc, (key, []))[1]
+                new_entries[enc] = (key, list(recs) + written)
+    new_state = RefState(
+        entries={e: kv for e, kv in new_entries.items() if kv[1]},
+        associations={a: dict(ks) for a, ks in calls.associations.items()},
+    )
+    return {n: list(b) for n, b in calls.out.outputs.items()}, new_state
+
+
+@dataclass
+class _Routed:
+    """An epoch's input records routed: by group (encoded key -> flow -> records, with
+    each group's key), those broadcast (with their targets) and those routed to a group
+    of their own."""
+
+    keyed: dict[bytes, dict[str, list[dict]]]
+    key_of: dict[bytes, Any]
+    broadcasts: dict[str, list[tuple[dict, Any]]]
+    own_groups: list[tuple[str, dict]]
+
+
+def _route_inputs(stage: Stage, inputs: dict[str, list[dict]], state: RefState,
+                  epoch: int) -> _Routed:
+    """Route every input record of the epoch (a multicast to the keys last epoch's
+    associations give its address)."""
+    flows = stage.input_names
+    routed = _Routed(defaultdict(lambda: {f: [] for f in flows}), {},
+                     {f: [] for f in flows}, [])
     for inp in stage.inputs:
         f, route = inp.flow_name, inp.route
         for rec in inputs.get(f, []):
             if route is None:
-                own_groups.append((f, rec))
+                routed.own_groups.append((f, rec))
                 continue
             try:
                 kind, target = evaluate_route(route, rec)
@@ -65,29 +116,54 @@ def run_stage_epoch(
                                  has_record=True) from None
             if kind == KEYED:
                 for enc, key in target:
-                    key_of[enc] = key
-                    keyed[enc][f].append(rec)
+                    routed.key_of[enc] = key
+                    routed.keyed[enc][f].append(rec)
             elif kind == BROADCAST:
-                broadcasts[f].append((rec, target))
+                routed.broadcasts[f].append((rec, target))
             elif kind == MULTICAST:
                 for enc, key in state.associations.get(target, {}).items():
-                    key_of[enc] = key
-                    keyed[enc][f].append(rec)
+                    routed.key_of[enc] = key
+                    routed.keyed[enc][f].append(rec)
             else:
                 assert kind == DROP
+    return routed
 
-    grouping = stage.state.grouping if stage.state else None
-    called = set(keyed)
-    if grouping == "outer":
-        called |= set(state.entries)
-        for enc in state.entries:
-            key_of.setdefault(enc, state.entries[enc][0])
 
-    out = Emitter(stage)
-    new_entries: dict[bytes, tuple[Any, list[dict]]] = {}
-    new_assoc: dict[bytes, dict[bytes, Any]] = defaultdict(dict)
+class _Calls:
+    """The translate calls of one epoch of ``stage``: their outputs (``out``), the state
+    records they wrote by key (``entries``) and their associations."""
 
-    def call(key: Any, state_recs: list[dict], per_flow: dict[str, list[dict]]) -> None:
+    def __init__(self, stage: Stage, epoch: int) -> None:
+        self.stage, self.epoch = stage, epoch
+        self.out = Emitter(stage)
+        self.entries: dict[bytes, tuple[Any, list[dict]]] = {}
+        self.associations: dict[bytes, dict[bytes, Any]] = defaultdict(dict)
+
+    def call(self, key: Any, state_recs: list[dict], per_flow: dict[str, list[dict]]) -> None:
+        """Call translate for the group ``key`` with its state and input records."""
+        stage, epoch, out = self.stage, self.epoch, self.out
+        args = self._iterators(key, state_recs, per_flow)
+        before = {n: len(b) for n, b in out.outputs.items()}
+        call_translate(stage, epoch, key, args, out, group=per_flow.values())
+        for name, buf in out.outputs.items():  # records are what their schema makes of them
+            buf[before[name]:] = _check_schema(stage, epoch, name, buf[before[name]:], key)
+        writes, assoc = out.take_state_and_associations()
+        writes = _check_schema(stage, epoch, STATE, writes, key)
+        for rec in writes:
+            assert stage.state is not None  # only a stage with a state writes to it
+            try:
+                enc, skey = state_key(stage.state.route, rec)
+            except BadRoute as e:
+                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=STATE, key=key,
+                                 record=rec, has_key=True, has_record=True) from None
+            self.entries.setdefault(enc, (skey, []))[1].append(rec)
+        for akey, address in assoc:
+            self.associations[encode_key(address)][encode_key(akey)] = akey
+
+    def _iterators(self, key: Any, state_recs: list[dict], per_flow: dict[str, list[dict]]
+                   ) -> list[Any]:
+        """Translate's arguments: one iterator per flow (state first), each in its order."""
+        stage, epoch = self.stage, self.epoch
         args: list[Any] = []
         if stage.state is not None:
             try:
@@ -101,47 +177,7 @@ def run_stage_epoch(
             except BadRoute as e:
                 raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=inp.flow_name,
                                  key=key, has_key=True) from None
-        before = {n: len(b) for n, b in out.outputs.items()}
-        call_translate(stage, epoch, key, args, out, group=per_flow.values())
-        for name, buf in out.outputs.items():  # records are what their schema makes of them
-            buf[before[name]:] = _check_schema(stage, epoch, name, buf[before[name]:], key)
-        writes, assoc = out.take_state_and_associations()
-        writes = _check_schema(stage, epoch, STATE, writes, key)
-        for rec in writes:
-            try:
-                enc, skey = state_key(stage.state.route, rec)
-            except BadRoute as e:
-                raise RouteError(str(e), stage=stage.name, epoch=epoch, flow=STATE, key=key,
-                                 record=rec, has_key=True, has_record=True) from None
-            new_entries.setdefault(enc, (skey, []))[1].append(rec)
-        for akey, address in assoc:
-            new_assoc[encode_key(address)][encode_key(akey)] = akey
-
-    for enc in sorted(called):
-        per_flow = keyed[enc] if enc in keyed else {f: [] for f in flows}
-        state_recs = state.entries[enc][1] if enc in state.entries else []
-        per_flow = {f: list(per_flow[f]) for f in flows}
-        for f in flows:
-            for rec, target in broadcasts[f]:
-                if _receives(target, enc, keyed, state):
-                    per_flow[f].append(rec)
-        call(key_of[enc], state_recs, per_flow)
-
-    for f, rec in own_groups:
-        per_flow = {g: [] for g in flows}
-        per_flow[f] = [rec]
-        call(None, [], per_flow)
-
-    if grouping == "inner":  # carry unread state forward, plus what was written to it
-        for enc, (key, recs) in state.entries.items():
-            if enc not in called:
-                written = new_entries.get(enc, (key, []))[1]
-                new_entries[enc] = (key, list(recs) + written)
-    new_state = RefState(
-        entries={e: kv for e, kv in new_entries.items() if kv[1]},
-        associations={a: dict(ks) for a, ks in new_assoc.items()},
-    )
-    return {n: list(b) for n, b in out.outputs.items()}, new_state
+        return args
 
 
 def _receives(target, enc: bytes, keyed, state: RefState) -> bool:
@@ -162,7 +198,11 @@ def _check_schema(stage: Stage, epoch: int, flow: str, records: list[dict],
     """The records as the flow's schema makes them; a misfit stops the epoch."""
     if not records:
         return records
-    schema = stage.state.arrow_schema if flow == STATE else _flow_schema(stage, flow)
+    if flow == STATE:
+        assert stage.state is not None  # only a stage with a state writes to it
+        schema = stage.state.arrow_schema
+    else:
+        schema = _flow_schema(stage, flow)
     result = to_table(records, schema)
     if isinstance(result, tuple):
         _, rec, why = result

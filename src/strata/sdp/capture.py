@@ -61,7 +61,7 @@ def _parse(sql: str) -> exp.Select:
 class TracedFrame:
     """A DataFrame built by the body, held as one SELECT."""
 
-    def __init__(self, query: exp.Expression) -> None:
+    def __init__(self, query: exp.Expr) -> None:
         self.query = query
 
     def _wrap(self, select: str, tail: str = "") -> TracedFrame:
@@ -73,7 +73,7 @@ class TracedFrame:
         flat = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
         return self._wrap(", ".join(column_sql(c, name_only=True) for c in flat))
 
-    def selectExpr(self, *exprs: str) -> TracedFrame:  # noqa: N802 (PySpark's name)
+    def selectExpr(self, *exprs: str) -> TracedFrame:
         return self._wrap(", ".join(exprs))
 
     def filter(self, condition: Any) -> TracedFrame:
@@ -81,14 +81,14 @@ class TracedFrame:
 
     where = filter
 
-    def withColumn(self, name: str, col: Any) -> TracedFrame:  # noqa: N802
+    def withColumn(self, name: str, col: Any) -> TracedFrame:
         return self._wrap(f"*, {column_sql(col)} AS `{name}`")
 
-    def withColumnRenamed(self, old: str, new: str) -> TracedFrame:  # noqa: N802
+    def withColumnRenamed(self, old: str, new: str) -> TracedFrame:
         raise Uncaptured("withColumnRenamed needs the frame's columns; use "
                          "select(…, F.col(old).alias(new)) or SQL")
 
-    def groupBy(self, *cols: Any) -> TracedGroup:  # noqa: N802
+    def groupBy(self, *cols: Any) -> TracedGroup:
         flat = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
         return TracedGroup(self, [column_sql(c, name_only=True) for c in flat])
 
@@ -128,9 +128,9 @@ class TracedFrame:
     def union(self, other: TracedFrame) -> TracedFrame:
         return self._set(other, "UNION ALL")
 
-    unionAll = union  # noqa: N815
+    unionAll = union
 
-    def unionByName(self, other: TracedFrame, allowMissingColumns: bool = False  # noqa: N802,N803
+    def unionByName(self, other: TracedFrame, allowMissingColumns: bool = False
                     ) -> TracedFrame:
         if allowMissingColumns:
             raise Uncaptured("unionByName(allowMissingColumns=True)")
@@ -142,12 +142,12 @@ class TracedFrame:
     def distinct(self) -> TracedFrame:
         return self._wrap("DISTINCT *")
 
-    def dropDuplicates(self, subset: list[str] | None = None) -> TracedFrame:  # noqa: N802
+    def dropDuplicates(self, subset: list[str] | None = None) -> TracedFrame:
         if subset:
             raise Uncaptured("dropDuplicates(subset) keeps an arbitrary row per key")
         return self.distinct()
 
-    def orderBy(self, *cols: Any, ascending: bool = True) -> TracedFrame:  # noqa: N802
+    def orderBy(self, *cols: Any, ascending: bool = True) -> TracedFrame:
         order = ", ".join(f"{column_sql(c, name_only=True)}{'' if ascending else ' DESC'}"
                           for c in cols)
         return self._wrap("*", f"ORDER BY {order}")
@@ -242,7 +242,7 @@ class TracingSession:
     def read(self) -> TracingReader:
         return TracingReader()
 
-    readStream = read  # noqa: N815 (PySpark's name)
+    readStream = read
 
     def sql(self, text: str, *_args: Any, **_kwargs: Any) -> TracedFrame:
         return TracedFrame(_parse(text))
@@ -254,7 +254,7 @@ class TracingSession:
         raise Uncaptured(f"spark.{name}")
 
 
-def capture_body(body: Callable[[], Any], spark: Any) -> tuple[exp.Expression | None,
+def capture_body(body: Callable[[], Any], spark: Any) -> tuple[exp.Expr | None,
                                                                 str | None]:
     """The body's query as SQL, or None and why not. Subquery names are numbered from
     1 for each body, so the same body always gives the same SQL."""
@@ -264,7 +264,7 @@ def capture_body(body: Callable[[], Any], spark: Any) -> tuple[exp.Expression | 
         result = body()
     except Uncaptured as e:
         return None, f"the body calls {e}, which strata does not read as SQL"
-    except Exception as e:  # the body itself failed on the tracing session
+    except Exception as e:  # noqa: BLE001 (any failure of user code: reported as why)
         return None, f"the body could not be read as SQL ({type(e).__name__}: {e})"
     if not isinstance(result, TracedFrame):
         return None, f"the body returns {type(result).__name__}, not a DataFrame"

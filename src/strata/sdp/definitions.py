@@ -38,12 +38,12 @@ class Definition:
     kind: str
     file: Path
     line: int
-    query: exp.Expression | None = None
+    query: exp.Expr | None = None
     properties: dict[str, str] = field(default_factory=dict)
     policy: str | None = None
     opaque: str | None = None
     body: Callable[[], Any] | None = None
-    flows: list[exp.Expression] = field(default_factory=list)  # appended by CREATE FLOW
+    flows: list[exp.Expr] = field(default_factory=list)  # appended by CREATE FLOW
 
     @property
     def where(self) -> str:
@@ -75,7 +75,7 @@ def statements(sql: str) -> list[tuple[str, int]]:
     return out
 
 
-def _parse_select(text: str, where: str) -> exp.Expression:
+def _parse_select(text: str, where: str) -> exp.Expr:
     try:
         return sqlglot.parse_one(text, read="spark")
     except sqlglot.errors.ParseError as e:
@@ -131,7 +131,7 @@ def load_definitions(spec: PipelineSpec, spark: Any) -> list[Definition]:
     g = _python_registry()
     found: list[tuple[str, Any]] = []
 
-    class Registry(g.GraphElementRegistry):  # type: ignore[misc,name-defined]
+    class Registry(g.GraphElementRegistry):  # type: ignore[name-defined]
         def register_output(self, output: Any) -> None:
             found.append(("output", output))
 
@@ -176,10 +176,10 @@ _KINDS = {"MaterializedView": MATERIALIZED_VIEW, "StreamingTable": STREAMING_TAB
 
 
 def _assemble(found: list[tuple[str, Any]], spark: Any,
-              capture_body: Callable[..., tuple[exp.Expression | None, str | None]]
+              capture_body: Callable[..., tuple[exp.Expr | None, str | None]]
               ) -> list[Definition]:
     datasets: dict[str, Definition] = {}
-    flows: list[tuple[str, exp.Expression | None, str, Any]] = []
+    flows: list[tuple[str, exp.Expr | None, str, Any]] = []
     for what, item in found:
         if what == "dataset":
             _add(datasets, item)

@@ -45,7 +45,7 @@ class ViewPlan:
 
     definition: Definition
     policy: str
-    query: exp.Expression | None  # sources renamed to flows, temporary views inlined
+    query: exp.Expr | None  # sources renamed to flows, temporary views inlined
     reads: list[str] = field(default_factory=list)  # datasets and source flows
     incremental: bool = False
     why: str = ""  # why it is refreshed in full
@@ -103,9 +103,9 @@ class _Resolver:
             self.sources[path] = Source(path, name)
         return self.sources[path]
 
-    def resolve(self, query: exp.Expression, where: str, reads: list[str],
-                inlining: tuple[str, ...] = ()) -> exp.Expression:
-        def rename(node: exp.Expression) -> exp.Expression:
+    def resolve(self, query: exp.Expr, where: str, reads: list[str],
+                inlining: tuple[str, ...] = ()) -> exp.Expr:
+        def rename(node: exp.Expr) -> exp.Expr:
             if not isinstance(node, exp.Table):
                 return node
             inner = _streamed(node)
@@ -137,7 +137,7 @@ class _Resolver:
         return query.transform(rename, copy=True)
 
 
-def _streamed(node: exp.Table) -> exp.Expression:
+def _streamed(node: exp.Table) -> exp.Expr:
     """``STREAM(x)`` / ``STREAM x``: the table ``x`` itself (strata reads only what is
     new in every source anyway)."""
     this = node.this
@@ -199,9 +199,9 @@ def plan_pipeline(spec: PipelineSpec, definitions: list[Definition]) -> Pipeline
         reads: list[str] = []
         queries = [q for q in [d.query, *d.flows] if q is not None]
         resolved = [resolver.resolve(q, d.where, reads) for q in queries]
-        query = resolved[0] if resolved else None
-        for extra in resolved[1:]:  # a streaming table fed by several flows
-            query = exp.union(query, extra, distinct=False)
+        query: exp.Expr | None = None
+        for part in resolved:  # a streaming table may be fed by several flows
+            query = part if query is None else exp.union(query, part, distinct=False)
         views[d.name] = ViewPlan(d, policy_of(d, spec.configuration), query,
                                  sorted(set(reads)))
     ordered = _order(views)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from strata.model.dataflow import Dataflow
+from strata.model.dataflow import Dataflow, StageProgram
 from strata.model.errors import StrataError
 from strata.queries.tables import QueryTables
 from strata.series import registry
@@ -48,7 +48,7 @@ def ad_hoc(home: str | Home, spark: SparkSession, stream: str, sql: str,
     stage = series_stage_name(stream)
     catalog = Catalog(layout.catalog_path)
     try:
-        program = registry.registered(catalog).get(stream)
+        program: StageProgram | None = registry.registered(catalog).get(stream)
         if dataflow is not None and stage in dataflow.stages:
             program = dataflow.stages[stage].program
         if not isinstance(program, SeriesProgram):

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -161,20 +161,9 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         crashpoint("series-after-corrected-views")
         written, driver_bytes = staged_views(ctx.layout, sorted(redo), tables.staged)
         driver: set[str] = set()
-        answers = []
         new_read = functools.partial(read_views, spark, tables, stored, new_fresh,
                                      program.columns)
-        for name, newest in reemit.items():
-            plan = program.active[name]
-            diffs = [_difference(_answered(ctx, program, name, m),
-                                 occurrence(plan, m, new_read, spark), m) for m in newest]
-            if diffs:
-                changes = functools.reduce(lambda a, b: a.unionByName(b), diffs)
-                answers.append(functools.partial(
-                    write_answer, ctx, changes_flow(name), program.changes_ddl(name), changes,
-                    driver, f"series {name!r} could not re-answer its occurrences "
-                            f"{newest} after corrections of segments {taken}"))
-        run_all(spark, answers)
+        run_all(spark, _reanswers(program, ctx, reemit, new_read, driver, taken))
         crashpoint("series-after-reemit")
         tables.commit_files()
     finally:
@@ -185,11 +174,7 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
     views = merged({fp: {j: e for j, e in by_segment.items() if int(j) not in taken}
                     for fp, by_segment in stored.items()}, written)
     carried = program.carried(state, n)
-    stats = state.get("stats", {})
-    for k in taken:  # a corrected segment is data of the stream like a new one
-        if replaced[k].records:  # an emptied segment says nothing of the others' sizes
-            stats = folded(stats, column_bytes(replaced[k]), view_bytes(written, k), {},
-                           view_rows(written, k), replaced[k].records)
+    stats = _corrected_stats(state.get("stats", {}), replaced, written)
     new_state = {**state, **carried, "views": views, "choices": choices, "stats": stats,
                  "estimate": None,  # κ learns from segment epochs only
                  "corrections": [*carried["corrections"], [ctx.epoch, n]],
@@ -204,6 +189,38 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                "driver_bytes_written": driver_bytes + sum(
                    o.bytes for f, o in outputs.items() if f in driver)}
     return EpochOutcome(outputs, new_state, ctx.num_partitions, metrics)
+
+
+def _reanswers(program: SeriesProgram, ctx: EpochContext, reemit: Mapping[str, list[int]],
+               read: Callable, driver: set[str], taken: Sequence[int]
+               ) -> list[Callable[[], None]]:
+    """One write per series in ``reemit``: the changes of its occurrences there, each
+    answered again (its views read by ``read``) minus its answer as it stands."""
+    spark = ctx.spark
+    answers: list[Callable[[], None]] = []
+    for name, newest in reemit.items():
+        plan = program.active[name]
+        diffs = [_difference(_answered(ctx, program, name, m),
+                             occurrence(plan, m, read, spark), m) for m in newest]
+        if diffs:
+            changes = functools.reduce(lambda a, b: a.unionByName(b), diffs)
+            answers.append(functools.partial(
+                write_answer, ctx, changes_flow(name), program.changes_ddl(name), changes,
+                driver, f"series {name!r} could not re-answer its occurrences "
+                        f"{newest} after corrections of segments {taken}"))
+    return answers
+
+
+def _corrected_stats(stats: Mapping[str, Any], replaced: Mapping[int, Increment],
+                     written: Mapping[str, Mapping[str, dict]]) -> Mapping[str, Any]:
+    """The cost model's statistics with the corrected segments folded in: a corrected
+    segment is data of the stream like a new one (an emptied one says nothing of the
+    others' sizes)."""
+    for k, inc in replaced.items():
+        if inc.records:
+            stats = folded(stats, column_bytes(inc), view_bytes(written, k), {},
+                           view_rows(written, k), inc.records)
+    return stats
 
 
 def _reemitted(program: SeriesProgram, n: int, taken: Sequence[int]) -> dict[str, list[int]]:
@@ -253,7 +270,8 @@ def _answered(ctx: EpochContext, program: SeriesProgram, name: str, m: int) -> D
     spark, ddl = ctx.spark, program.output_ddl(name)
     try:
         stored = stored_answer(ctx.home, name, m)
-        written, changes = stored.answer.files, [c.files for c in stored.changes if c.files]
+        written: Sequence[str] = stored.answer.files
+        changes = [c.files for c in stored.changes if c.files]
     except StrataError:  # never answered (its window was incomplete): every row is new
         written, changes = [], []
     parts = [spark.read.schema(ddl).parquet(*written)

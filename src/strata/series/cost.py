@@ -234,11 +234,11 @@ def scan_sharing(views: Sequence[View], column_bytes: Mapping[str, float],
         plans["prefix"] = Estimate(inside + rest.read, delta * inside + rest.shuffled,
                                    alone.written)
     if len(reorder) >= 2:
-        inside = [views[i] for i in reorder]
+        grouped = [views[i] for i in reorder]
         rest = separate([v for i, v in enumerate(views) if i not in set(reorder)])
         plans["reordered"] = Estimate(
-            scan(inside) + rest.read,
-            alpha * reordered_bytes(inside, view_bytes) + rest.shuffled,
+            scan(grouped) + rest.read,
+            alpha * reordered_bytes(grouped, view_bytes) + rest.shuffled,
             alone.written)
     return min(plans, key=lambda p: plans[p].io), {p: e.to_json() for p, e in plans.items()}
 

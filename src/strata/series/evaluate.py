@@ -103,8 +103,8 @@ def prefix_group(views: Sequence[View]) -> tuple[list[int], list[str]]:
     every key they all group by, in the first one's key order. A hash partitioning on
     these keys places each group of every such view in one partition. ``([], [])`` when no
     two views share a key."""
-    keys = [[_over_stream(bind(to_sql(e), row_exprs(v.node.child)[1]), v.prefix)
-             for _, e in v.node.keys] for v in views]
+    keys = [[_over_stream(bind(to_sql(e), row_exprs(v.group.child)[1]), v.prefix)
+             for _, e in v.group.keys] for v in views]
     counts = Counter(k for ks in keys for k in dict.fromkeys(ks))
     if not counts or max(counts.values()) < 2:
         return [], []
@@ -174,8 +174,8 @@ def reordered_partials(views: Sequence[View], segment: DataFrame) -> DataFrame:
     base = pass_.base.where(functools.reduce(operator.or_, pass_.wheres))
     grouped = base.groupBy(*keys).agg(*aggs)
     key_structs = [F.struct(*[F.col(f"_s{shared.index(k)}").alias(n) for (n, _), k in
-                              zip(v.node.keys, ks, strict=True)])
-                   if v.node.keys else F.struct(F.lit(0).alias("_t"))
+                              zip(v.group.keys, ks, strict=True)])
+                   if v.group.keys else F.struct(F.lit(0).alias("_t"))
                    for v, ks in zip(views, view_keys, strict=True)]
     never, branches = F.lit(False), []
     for i, parts in enumerate(view_parts):
@@ -217,8 +217,8 @@ def pass_partials(plan: str, views: Sequence[View], segment: DataFrame,
 
 def _stream_keys(view: View) -> list[str]:
     """A partial view's group keys as Spark SQL over the stream's columns."""
-    defs = row_exprs(view.node.child)[1]
-    return [_over_stream(bind(to_sql(e), defs), view.prefix) for _, e in view.node.keys]
+    defs = row_exprs(view.group.child)[1]
+    return [_over_stream(bind(to_sql(e), defs), view.prefix) for _, e in view.group.keys]
 
 
 def _filtered(aggregate: str, where: str | None) -> str:
@@ -319,7 +319,7 @@ def _over_stream(sql: str, prefix: str) -> str:
 
 def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:
     """View ``index`` of a jumbo pass's rows, as :func:`view_of_segment` gives it."""
-    parts = group_plan(view.node, view.monoids).parts
+    parts = group_plan(view.group, view.monoids).parts
     return stored.select(F.col(f"k{index}").alias("_g"),
                          *[F.col(f"`b{index}__{p.name}`").alias(p.name) for p in parts])
 

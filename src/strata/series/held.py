@@ -313,12 +313,14 @@ def read_held(tables: QueryTables, stored: Mapping[str, Mapping[str, dict]],
         driver_read.setdefault(fp, uncached_bytes(tables.live[fp]["files"]))
         rows = stored_held(tables.arrow(fp), tables.schema(fp), segment_column,
                            list(entries), tables.spark)
-        if rows is None:
+        held_rows = rows.arrow() if rows is not None else None
+        held_parts = [h for h in (p.arrow() for p in parts) if h is not None]
+        if rows is None or held_rows is None or len(held_parts) != len(parts):
             return None
         try:  # as the table's files have them (the fresh rows' nullability differs)
-            target = rows.arrow().schema  # type: ignore[union-attr]
-            parts = [Rows.of_arrow(rows.spark, p.arrow().select(
-                target.names).cast(target), rows.schema) for p in parts]  # type: ignore[union-attr]
+            target = held_rows.schema
+            parts = [Rows.of_arrow(rows.spark, h.select(target.names).cast(target),
+                                   rows.schema) for h in held_parts]
         except (KeyError, ValueError, pa.ArrowNotImplementedError):
             return None
         parts.append(rows)

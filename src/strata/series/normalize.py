@@ -60,6 +60,13 @@ class View:
     branch: bool = False  # a partial of one branch of a union, merged with the others
 
     @property
+    def group(self) -> GroupBy:
+        """The group-by a partial view computes (its ``node``)."""
+        if not isinstance(self.node, GroupBy):
+            raise TypeError(f"view {self.fingerprint} of {self.node} is not a partial view")
+        return self.node
+
+    @property
     def scan(self) -> Scan:
         n = self.node
         while not isinstance(n, Scan):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from strata.model.errors import StrataError
@@ -42,14 +42,7 @@ def simulate(trace: Mapping[str, Any]) -> dict[str, Any]:
         days, streams, entries = int(trace["days"]), trace["streams"], trace["series"]
     except (KeyError, TypeError, ValueError) as e:
         raise StrataError(f"a trace needs days, streams and series ({e})") from None
-    plans: dict[str, list[tuple[SeriesPlan, float, bool]]] = defaultdict(list)
-    for e in entries:
-        stream = e["stream"]
-        if stream not in streams:
-            raise StrataError(f"series {e['name']!r} reads unknown stream {stream!r}")
-        s = Series(e["name"], e["sql"], e.get("tables", {}), int(e.get("period", 1)))
-        plan = plan_of(s, stream, streams[stream]["columns"])
-        plans[stream].append((plan, float(e.get("view_ratio", 1.0)), e.get("recurring", True)))
+    plans = _trace_plans(entries, streams)
     raw = {"read": 0.0, "written": 0.0}
     shared = {"read": 0.0, "written": 0.0}
     views = 0
@@ -60,40 +53,66 @@ def simulate(trace: Mapping[str, Any]) -> dict[str, Any]:
             for v in plan.view_list():
                 ratio[v.fingerprint] = max(ratio.get(v.fingerprint, 0.0), r)
         for n in range(1, days + 1):
-            scanned = False
-            for plan, _, recurring in group:
-                sched = plan.schedule
-                if not recurring:  # ad hoc: run once, on the last day, raw either way
-                    if n == days:
-                        cost = sum(len([j for j in w if j >= 1])
-                                   for w in sched.window(n).values()) * size
-                        raw["read"] += cost
-                        shared["read"] += cost
-                    continue
-                if not sched.due(n):
-                    continue
-                raw["read"] += sum(len(w) for w in sched.window(n).values()) * size
-                for v in plan.view_list():
-                    stored = [j for j in sched.window(n)[v.table] if j != n]
-                    shared["read"] += len(stored) * ratio[v.fingerprint] * size
-            written = set()
-            for plan, _, recurring in group:
-                if not recurring:
-                    continue
-                for v in plan.view_list():
-                    reads_now = plan.schedule.due(n) and n in plan.schedule.window(n)[v.table]
-                    later = plan.schedule.last_reader(n, v.table) > n
-                    scanned = scanned or reads_now or later
-                    if later:
-                        written.add(v.fingerprint)
-            views += len(written)
-            shared["written"] += sum(ratio[fp] for fp in written) * size
-            if scanned:
-                shared["read"] += size
+            views += _day(group, n, days, size, ratio, raw, shared)
     raw_io, shared_io = sum(raw.values()), sum(shared.values())
     return {"series": len(entries), "streams": len(plans), "days": days,
             "views_written": views, "without_sharing": raw, "with_sharing": shared,
             "io_saving": round(1 - shared_io / raw_io, 4) if raw_io else 0.0}
+
+
+Planned = list[tuple[SeriesPlan, float, bool]]  # a plan, its view ratio, recurring
+
+
+def _trace_plans(entries: Sequence[Mapping[str, Any]], streams: Mapping[str, Any]
+                 ) -> dict[str, Planned]:
+    """The trace's series planned, by stream."""
+    plans: dict[str, Planned] = defaultdict(list)
+    for entry in entries:
+        stream = entry["stream"]
+        if stream not in streams:
+            raise StrataError(f"series {entry['name']!r} reads unknown stream {stream!r}")
+        s = Series(entry["name"], entry["sql"], entry.get("tables", {}),
+                   int(entry.get("period", 1)))
+        plan = plan_of(s, stream, streams[stream]["columns"])
+        plans[stream].append((plan, float(entry.get("view_ratio", 1.0)),
+                              entry.get("recurring", True)))
+    return plans
+
+
+def _day(group: Planned, n: int, days: int, size: float, ratio: Mapping[str, float],
+         raw: dict[str, float], shared: dict[str, float]) -> int:
+    """Day ``n`` of one stream's series (its segments of ``size`` bytes, each view
+    ``ratio`` of that): its bytes added to ``raw`` and ``shared``; the views written."""
+    scanned = False
+    for plan, _, recurring in group:
+        sched = plan.schedule
+        if not recurring:  # ad hoc: run once, on the last day, raw either way
+            if n == days:
+                cost = sum(len([j for j in w if j >= 1])
+                           for w in sched.window(n).values()) * size
+                raw["read"] += cost
+                shared["read"] += cost
+            continue
+        if not sched.due(n):
+            continue
+        raw["read"] += sum(len(w) for w in sched.window(n).values()) * size
+        for v in plan.view_list():
+            stored = [j for j in sched.window(n)[v.table] if j != n]
+            shared["read"] += len(stored) * ratio[v.fingerprint] * size
+    written = set()
+    for plan, _, recurring in group:
+        if not recurring:
+            continue
+        for v in plan.view_list():
+            reads_now = plan.schedule.due(n) and n in plan.schedule.window(n)[v.table]
+            later = plan.schedule.last_reader(n, v.table) > n
+            scanned = scanned or reads_now or later
+            if later:
+                written.add(v.fingerprint)
+    shared["written"] += sum(ratio[fp] for fp in written) * size
+    if scanned:
+        shared["read"] += size
+    return len(written)
 
 
 # -- a synthetic trace shaped like the paper's ------------------------------------------

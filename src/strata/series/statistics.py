@@ -37,7 +37,7 @@ class EpochNotes:
     driver_read: dict[str, int] = field(default_factory=dict)
 
 
-def timed(fn: Callable[[], None], label: Any, seconds: dict) -> Callable[[], None]:
+def timed(fn: Callable[[], object], label: Any, seconds: dict) -> Callable[[], None]:
     """``fn``, noting how long it ran in ``seconds[label]``."""
     def run() -> None:
         t0 = time.perf_counter()

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from strata.model.errors import EpochError
 from strata.model.schema import parse_ddl
@@ -156,10 +157,10 @@ def increment_of(directory: str) -> Increment:
     return Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))
 
 
-def spark_schema(columns: Mapping[str, str]):
-    from strata.queries.frames import spark_type
+def spark_schema(columns: Mapping[str, str]) -> StructType:
+    from strata.queries.frames import struct_type
 
-    return spark_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
+    return struct_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
 
 
 def read_segment(spark: SparkSession, segment: Increment, columns: Mapping[str, str]

@@ -99,12 +99,15 @@ class PartsAlgebra:
         return out
 
     def uncombine(self, a: PaneTable, b: PaneTable) -> PaneTable:
+        inverses = [inv for _, inv in self.merges if inv is not None]
+        if len(inverses) != len(self.merges):  # the sliders uncombine only when invertible
+            raise StrataError("parts without an inverse (min, max) cannot be uncombined")
         out = dict(a)
         for k, parts in b.items():
             old = out.get(k)
             if old is None:
                 continue
-            new = [inv(x, y) for (_, inv), x, y in zip(self.merges, old, parts, strict=True)]
+            new = [inv(x, y) for inv, x, y in zip(inverses, old, parts, strict=True)]
             if new[0]:
                 out[k] = new
             else:  # no records left in the group

@@ -11,6 +11,7 @@ a ``timestamp`` column, the column's own value for an integral one.
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class Panes:
     def pane_end(self, pane: int) -> int:
         return (pane + 1) * self.width
 
-    def window_panes(self, k: int) -> range:
+    def window_panes(self, k: int) -> builtins.range:  # the field `range` hides the type
         """The panes of window ``k``."""
         first = k * self.per_slide
         return range(first, first + self.per_window)
@@ -108,7 +109,7 @@ class Panes:
     def window_end(self, k: int) -> int:
         return self.window_start(k) + self.range
 
-    def windows_of_pane(self, pane: int) -> range:
+    def windows_of_pane(self, pane: int) -> builtins.range:
         """The windows that include ``pane``: k·s ≤ pane < k·s + r (in panes)."""
         return range(-((self.per_window - 1 - pane) // self.per_slide),
                      pane // self.per_slide + 1)

@@ -39,7 +39,7 @@ from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
 from strata.physical.session import set_confs
 from strata.queries.evaluator import answer, lift, row_exprs
-from strata.queries.frames import spark_type
+from strata.queries.frames import struct_type
 from strata.queries.program import output_ddl
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -191,7 +191,7 @@ class WindowProgram(StageProgram):
         plan = self.plan
         cols = {c: t for c, t in plan.columns.items()}
         # the flow's schema, as its increments are written: no footers read to infer it
-        schema = spark_type(", ".join(f"`{c}` {t}" for c, t in cols.items()))
+        schema = struct_type(", ".join(f"`{c}` {t}" for c, t in cols.items()))
         d = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame(
             [], schema)
         if "_mult" not in d.columns:
@@ -399,7 +399,7 @@ class WindowProgram(StageProgram):
         plan, q = self.plan, self.plan.query
         self._cache_state = ws
         if not self._sliders:
-            self._counted = Counted(plan.algebra)
+            self._counted: Counted[PaneTable] = Counted(plan.algebra)
             self._sliders = [slider(self._counted, self._pane) for _ in plan.specs]
         windows: dict[WindowId, PaneTable] = {}
         reasons: dict[WindowId, str] = {}
@@ -448,7 +448,9 @@ class WindowProgram(StageProgram):
         schema = lift_schema  # the lift's Arrow schema: its key and parts
         parts = [p.name for p in plan.group.parts]
         multiset = {p.name for p in plan.group.parts if p.kind == "multiset"}
-        ws_, keys, values = [], [], []
+        ws_: list[int] = []
+        keys: list[tuple] = []
+        values: list[list] = []
         for w, table in windows.items():
             if not table and not plan.group.node.keys:  # a total answers over no rows
                 table = {(0,): [0] + [None] * (len(parts) - 1)}
@@ -484,9 +486,11 @@ class WindowProgram(StageProgram):
             summary = summary_columns(b)
             new_rows = [{"window_start": start, "window_end": end, **r, **summary}
                         for r in rows[w]]
-            before = None if old is None else summary_columns(old.board)
-            old_rows = [] if old is None else [
-                {"window_start": start, "window_end": end, **r, **before} for r in old.rows]
+            old_rows: list[dict] = []
+            if old is not None:
+                before = summary_columns(old.board)
+                old_rows = [{"window_start": start, "window_end": end, **r, **before}
+                            for r in old.rows]
             result += changes(old_rows, new_rows)
             cells = [{"window_start": start, "window_end": end, **r,
                       "pane_start": self._time(r.pop("pane") * width)} for r in b.to_rows()]

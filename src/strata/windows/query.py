@@ -99,7 +99,7 @@ def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
     group = tree.args.get("group") if isinstance(tree, exp.Select) else None
     calls = [g for g in (group.expressions if group else [])
              if isinstance(g, exp.Anonymous) and g.name.upper() == _CALL]
-    if not calls:
+    if group is None or not calls:
         raise QueryError("a windowed query groups by WINDOW(time, range[, slide[, source]]),"
                          " e.g. GROUP BY url, WINDOW(ts, '1 hour', '5 minutes', host); "
                          "several WINDOW(...) share one pane store")
@@ -111,9 +111,9 @@ def from_sql(name: str, sql: str, **options: Any) -> WindowQuery:
                 len(args) == 4 and not isinstance(args[3], exp.Column)):
             raise QueryError(f"{text}: WINDOW takes a time column, a range, an optional "
                              "slide and an optional source column")
-        literal = [a.this if isinstance(a, exp.Literal) else None for a in args[1:3]]
-        if None in literal:
+        if not all(isinstance(a, exp.Literal) for a in args[1:3]):
             raise QueryError(f"{text}: range and slide are literals ('5 minutes', 300)")
+        literal: list[str | int] = [a.this for a in args[1:3]]
         windows.append((literal[0], literal[1] if len(literal) > 1 else None))
         columns.add((args[0].name, args[3].name if len(args) == 4 else None))
     if len(columns) != 1:

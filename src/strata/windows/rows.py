@@ -43,7 +43,8 @@ def changes(old: list[dict], new: list[dict]) -> list[dict]:
         return tuple(sorted((k, repr(v)) for k, v in r.items()))
 
     before, after = Counter(map(key, old)), Counter(map(key, new))
-    out, seen = [], Counter()
+    out: list[dict] = []
+    seen: Counter[tuple[str, tuple]] = Counter()
     for r in old:
         k = key(r)
         if seen[("-", k)] < before[k] - after[k]:

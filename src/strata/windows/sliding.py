@@ -21,7 +21,8 @@ T = TypeVar("T")
 class Algebra(Protocol[T]):
     """How pane aggregates combine: a monoid, with an inverse when ``invertible``."""
 
-    invertible: bool
+    @property
+    def invertible(self) -> bool: ...
 
     def identity(self) -> T: ...
 
