@@ -416,8 +416,10 @@ def test_a_series_runs_over_spark_connect_like_on_classic_spark(connect_url, tmp
             setup=lambda home: strata_here("series", "add", "last2", weekly, "--table",
                                            "log=log[-1:0]", "--plan", "views", "--home",
                                            home)), 1):
+        if n < 2:  # its first occurrence is due at segment 2
+            continue
         answers = [canon(json.loads(line) for line in strata_here(
             "series", "show", "last2", "--home", home, "--format", "jsonl").splitlines())
             for home in homes]
         assert answers[0] == answers[1] == canon(series_answer(
-            weekly, {"log": range(max(1, n - 1), n + 1)}, segments)), n
+            weekly, {"log": range(n - 1, n + 1)}, segments)), n
