@@ -564,6 +564,8 @@ def plot(result: dict, path: str) -> None:
 
 # -- main ------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    from strata.config import DRIVER_EPOCH_ROWS, TRANSLATE_ROUTE
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
     ap.add_argument("--json", required=True, metavar="PATH")
@@ -583,6 +585,11 @@ def main(argv: list[str] | None = None) -> int:
                          "slowest, which no target reads)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--translate-route", choices=TRANSLATE_ROUTE.choices, default="auto",
+                    help=f"{TRANSLATE_ROUTE.name} of the translate stages' epochs run as "
+                         "Spark tasks (rdd or arrow; auto: rdd on a classic session)")
+    ap.add_argument("--driver-epoch-rows", type=int,
+                    help=f"{DRIVER_EPOCH_ROWS.name} (-1: every epoch as Spark tasks)")
     args = ap.parse_args(argv)
     size = QUICK if args.quick else FULL
     records, keys = args.records or size["records"], args.keys or size["keys"]
@@ -610,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = get_spark(args.master, app_name="strata-bench-peer", event_log_dir=event_log_dir())
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    spark.conf.set(TRANSLATE_ROUTE.name, args.translate_route)
+    if args.driver_epoch_rows is not None:
+        spark.conf.set(DRIVER_EPOCH_ROWS.name, str(args.driver_epoch_rows))
     # idle streams poll their source this often (default 10 ms): less polling load on the
     # other methods, at most this much added to a stream's wall time per increment
     spark.conf.set("spark.sql.streaming.pollingDelay", POLLING_DELAY)
@@ -657,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "config": {"master": spark.sparkContext.master, "partitions": args.partitions,
                    "skew": args.skew, "seed": args.seed, "quick": args.quick,
+                   TRANSLATE_ROUTE.name: args.translate_route,
+                   DRIVER_EPOCH_ROWS.name: args.driver_epoch_rows,
                    "ss_state_store": {"ss_builtin_count": "HDFSBackedStateStoreProvider "
                                       "(default)", "ss_apply_in_pandas_with_state":
                                       "HDFSBackedStateStoreProvider (default)",

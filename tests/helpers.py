@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from strata.config import ARROW, DRIVER_EPOCH_ROWS, EXCHANGE
+from strata.config import ARROW, DRIVER_EPOCH_ROWS, EXCHANGE, TRANSLATE_ROUTE
 from strata.model.dataflow import Flow
 from strata.model.schema import to_table
 from strata.storage.increments import Increment, write_table
@@ -28,11 +28,14 @@ def epochs_in(spark, where: str) -> Iterator[None]:
     session conf that picks; ``"driver-spark"`` runs
     them in the driver with the driver's Arrow evaluation off (Spark reads the increment);
     ``"tasks-rows"`` as Spark tasks with a vectorized epoch's records shuffled as Spark
-    rows (``"tasks"``: as packed Arrow buffers, however few)."""
+    rows (``"tasks"``: as packed Arrow buffers, however few); ``"arrow"`` as Spark tasks
+    with a translate epoch on the Arrow route (DataFrames; ``"tasks"``: the session's
+    route, RDDs on a classic session)."""
     with session_confs(spark, {DRIVER_EPOCH_ROWS.name: str(1 << 40)
                                if where.startswith("driver") else "-1",
                                ARROW.name: "false" if where == "driver-spark" else "true",
-                               EXCHANGE.name: "rows" if where == "tasks-rows" else "arrow"}):
+                               EXCHANGE.name: "rows" if where == "tasks-rows" else "arrow",
+                               TRANSLATE_ROUTE.name: "arrow" if where == "arrow" else "auto"}):
         yield
 
 

@@ -1,6 +1,7 @@
 """strata over Spark Connect: queries run end to end against a Connect server this test
 session starts (PySpark's own sbin/start-connect-server.sh), and agree with the same
-runs on classic Spark and with DuckDB; translate stages are refused up front.
+runs on classic Spark and with DuckDB, and so do translate stages (the Arrow route),
+vectorized stages, window queries and series.
 
 The test process already holds a classic Spark session (the ``spark`` fixture), and a
 process cannot hold a classic and a Connect session at once: strata runs against the
@@ -10,24 +11,29 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyspark
 import pytest
 from typer.testing import CliRunner
 
-from strata.apps.urlcount import urlcount_dataflow
 from strata.cli import app
-from strata.controller.controller import Controller
 from strata.model.errors import StrataError
 from strata.physical.session import get_spark
 from tests.queries.oracle import duckdb_answer, normalized
+from tests.series.clicklog import DDL as CLICKS_DDL
+from tests.series.clicklog import canon, segment
+from tests.series.clicklog import duckdb_answer as series_answer
+from tests.windows.weblog import DDL as WEBLOG_DDL
+from tests.windows.weblog import SQL
+from tests.windows.weblog import increments as weblog_increments
 
 pytestmark = pytest.mark.connect
 
@@ -227,29 +233,56 @@ def test_queries_run_over_spark_connect_like_on_classic_spark(connect_server, sp
     assert _answer(shown, ["grp", "s", "c"]) == answers[0]  # a fresh process reads it too
 
 
-def test_translate_stages_are_refused_over_spark_connect(connect_url, tmp_path):
-    home = tmp_path / "home"
-    for how in (["--remote", connect_url], []):  # the option, then $STRATA_REMOTE
-        env = _env(STRATA_REMOTE=connect_url) if not how else _env()
-        done = subprocess.run([STRATA, "run", str(TRANSLATE_PIPELINE), "--home", str(home),
-                               *how], env=env, capture_output=True, text=True, timeout=120)
-        message = " ".join((done.stdout + done.stderr).split())
-        assert done.returncode == 1, message
-        assert "translate stage 'count' cannot run over Spark Connect" in message
-        assert "need a classic session (--master" in message
-        assert "can be written as vectorized stages" in message
-        assert "Queries (strata query, compiled query stages) work over Spark Connect" in message
-        assert "Traceback" not in message
-        assert not home.exists()  # refused before anything was made or run
-    both = strata("run", TRANSLATE_PIPELINE, "--home", home, "--master", "local[1]",
+def test_a_translate_stage_runs_over_spark_connect_like_on_classic_spark(connect_url,
+                                                                         tmp_path):
+    """Per-group translate stages take the Arrow route over Connect (mapInArrow and a
+    repartition by the partitions' salts, physical/translate_arrow.py): the URL counts'
+    state and outputs equal the classic run's (in the driver) and the URLs' own counts,
+    and the report says which route ran."""
+    days = [[f"https://s{i % 3}.example.com/{i % 7}" for i in range(d, 40 + d)]
+            for d in range(3)]
+    batches = [[{"url": u} for u in urls] for urls in days]
+    for d, (remote, classic) in enumerate(_run_on_both(connect_url, TRANSLATE_PIPELINE,
+                                                       "urls", batches, tmp_path, TASKS)):
+        seen = Counter(u for day in days[: d + 1] for u in day)
+        states = [sorted(_answer(strata_here("show", "count.state", "--home", home,
+                                             "--format", "jsonl"), ["url", "count"]))
+                  for home in (remote, classic)]
+        assert states[0] == states[1] == sorted(seen.items()), d
+        counts = [strata_here("show", "counts", "--home", home, "--all", "--format", "jsonl")
+                  for home in (remote, classic)]
+        assert sorted(counts[0].splitlines()) == sorted(counts[1].splitlines()), d
+    status = json.loads(strata_here("status", "--home", remote, "--json"))
+    assert {s["stage"]: s["epochs"] for s in status["stages"]} == {"count": 3}
+    both = strata("run", TRANSLATE_PIPELINE, "--home", remote, "--master", "local[1]",
                   "--remote", connect_url, check=False)
     assert both.returncode == 1 and "either --master or --remote" in both.stderr + both.stdout
 
 
-def test_the_api_refuses_translate_stages_and_a_second_kind_of_session(spark, tmp_path):
-    with pytest.raises(StrataError, match="cannot run over Spark Connect"):
-        Controller(tmp_path / "home", urlcount_dataflow(), remote="sc://127.0.0.1:1")
-    assert not (tmp_path / "home").exists()
+def test_the_route_of_a_translate_epoch_over_spark_connect(connect_url, tmp_path):
+    """``$STRATA_REMOTE`` picks Connect too; the run's report names the Arrow route, and
+    asking for the RDD route over Connect is an error that says what to set instead."""
+    home = tmp_path / "home"
+    path = tmp_path / "urls.jsonl"
+    path.write_text("".join(json.dumps({"url": f"u{i % 5}"}) + "\n" for i in range(20)))
+    strata_here("run", TRANSLATE_PIPELINE, "--home", home)
+    strata_here("ingest", "urls", path, "--home", home)
+    rdd = subprocess.run([STRATA, "run", str(TRANSLATE_PIPELINE), "--home", str(home), *TASKS,
+                          "--conf", "spark.strata.translate.route=rdd"],
+                         env=_env(STRATA_REMOTE=connect_url), capture_output=True, text=True,
+                         timeout=300)
+    message = " ".join((rdd.stdout + rdd.stderr).split())
+    assert rdd.returncode == 1 and "spark.strata.translate.route=rdd needs a classic" in message
+    assert "Traceback" not in message
+    done = subprocess.run([STRATA, "run", str(TRANSLATE_PIPELINE), "--home", str(home), *TASKS,
+                           "--json"], env=_env(STRATA_REMOTE=connect_url),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["reports"][0]
+    assert report["metrics"]["route"] == "arrow" and report["records_out"] == {"counts": 5}
+
+
+def test_the_api_refuses_a_second_kind_of_session(spark, tmp_path):
     with pytest.raises(StrataError, match="already runs a classic Spark session"):
         get_spark(remote="sc://127.0.0.1:1")
     with pytest.raises(StrataError, match="write sc://HOST:PORT"):
@@ -289,14 +322,18 @@ def test_ingest_reads_a_spark_sql_query_over_spark_connect(connect_url, spark, t
 
 
 def _run_on_both(connect_url: str, pipeline: Path, flow: str, batches: list[list[dict]],
-                 folder: Path, remote_args: tuple[str, ...] = ()
+                 folder: Path, remote_args: tuple[str, ...] = (),
+                 setup: Callable[[Path], object] | None = None
                  ) -> Iterator[tuple[Path, Path]]:
     """Run ``pipeline`` in two homes, over Connect (with ``remote_args`` for its `strata
     run`) and on the classic session, one batch of rows of ``flow`` at a time; yields
-    both homes after each batch's runs."""
+    both homes after each batch's runs. ``setup(home)`` runs once the pipeline is
+    registered in a home (adding a window query or a series, say)."""
     remote, classic = folder / "remote", folder / "classic"
     for home in (remote, classic):
         strata_here("run", pipeline, "--home", home)
+        if setup is not None:
+            setup(home)
     for d, rows in enumerate(batches):
         path = folder / f"{flow}-{d}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -309,10 +346,10 @@ def _run_on_both(connect_url: str, pipeline: Path, flow: str, batches: list[list
 
 def test_a_vectorized_stage_runs_over_spark_connect_like_on_classic_spark(connect_url,
                                                                            tmp_path):
-    """Vectorized stages take the DataFrame route (mapInArrow), so unlike per-group
-    translate stages they run over Connect; the function is shipped from the pipeline
-    file, and counts and state equal the classic run's and the words' own counts. Over
-    Connect the epochs run as Spark tasks, on the classic session (small) in the driver."""
+    """Vectorized stages take the DataFrame route (mapInArrow) over Connect; the
+    function is shipped from the pipeline file, and counts and state equal the classic
+    run's and the words' own counts. Over Connect the epochs run as Spark tasks, on the
+    classic session (small) in the driver."""
     days = [[f"https://s{i % 3}.example.com/{i % 7}" for i in range(d, 40 + d)]
             for d in range(2)]
     remote, classic = list(_run_on_both(connect_url, VECTORIZED_PIPELINE, "urls",
@@ -341,3 +378,48 @@ def test_an_iteration_runs_over_spark_connect_like_on_classic_spark(connect_url,
         assert set(ranks[0]) == set(ranks[1]) == {s for b in links[: d + 1] for s, _ in b}
         assert all(abs(ranks[0][n] - ranks[1][n]) < 1e-12 for n in ranks[0]), ranks
         assert len(set(ranks[0].values())) > 1  # the steps moved the ranks
+
+
+WINDOWED = SQL.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 3, host)")
+SOURCES = "from strata import Dataflow\n\ndataflow = Dataflow({name!r})\n" \
+    "dataflow.source('log', {ddl!r})\n"
+
+
+def test_a_window_query_runs_over_spark_connect_like_on_classic_spark(connect_url,
+                                                                       tmp_path):
+    """A window stage's lift is a DataFrame aggregation: over Connect its results and
+    C2 scoreboards equal the classic run's after every increment (late data included)."""
+    pipeline = tmp_path / "weblog.py"
+    pipeline.write_text(SOURCES.format(name="weblog", ddl=WEBLOG_DDL))
+    raw = weblog_increments(random.Random(3), 3, epochs=3, span=6)
+    for remote, classic in _run_on_both(
+            connect_url, pipeline, "log", raw, tmp_path, setup=lambda home: strata_here(
+                "window", "add", "late", WINDOWED, "--home", home, "--deadline", "0",
+                "--lateness", "6", "--disorder", "3")):
+        for flow in ("late_windows", "late_c2"):
+            shown = [strata_here("show", flow, "--all", "--home", home, "--format", "jsonl")
+                     for home in (remote, classic)]
+            assert shown[0].strip() and sorted(shown[0].splitlines()) == sorted(
+                shown[1].splitlines()), flow
+
+
+def test_a_series_runs_over_spark_connect_like_on_classic_spark(connect_url, tmp_path):
+    """A series' views and answers are DataFrame plans: over Connect each occurrence
+    equals the classic run's and DuckDB's over the segments it covers."""
+    pipeline = tmp_path / "clicks.py"
+    pipeline.write_text(SOURCES.format(name="clicks", ddl=CLICKS_DDL))
+    rng = random.Random(5)
+    segments = [segment(rng, 25) for _ in range(3)]
+    weekly = "SELECT A, B, count(*) AS hits FROM log WHERE A <> 'gb' GROUP BY A, B"
+    for n, homes in enumerate(_run_on_both(
+            connect_url, pipeline, "log", [s.to_pylist() for s in segments], tmp_path,
+            setup=lambda home: strata_here("series", "add", "last2", weekly, "--table",
+                                           "log=log[-1:0]", "--plan", "views", "--home",
+                                           home)), 1):
+        if n < 2:  # its first occurrence is due at segment 2
+            continue
+        answers = [canon(json.loads(line) for line in strata_here(
+            "series", "show", "last2", "--home", home, "--format", "jsonl").splitlines())
+            for home in homes]
+        assert answers[0] == answers[1] == canon(series_answer(
+            weekly, {"log": range(n - 1, n + 1)}, segments)), n

@@ -40,9 +40,10 @@ from tests.dataflow_driver import (
 
 register_by_value(__name__)  # Spark workers cannot import this module: ship it by value
 
-# direct: the columnar state store; every epoch as Spark tasks, or every one in the driver
-MODES = ("direct@tasks", "direct@driver", "direct-indexed@tasks", "direct-indexed@driver",
-         "blackbox")
+# direct: the columnar state store; every epoch as Spark tasks (on RDDs, or on the Arrow
+# route: DataFrames, as over Spark Connect), or every one in the driver
+MODES = ("direct@tasks", "direct@arrow", "direct@driver", "direct-indexed@tasks",
+         "direct-indexed@driver", "blackbox", "blackbox@arrow")
 REC = "k long, s string, v long, id long"  # the schema of every generated flow
 S = ("a", "b", "ß", "", "ab")  # string key domain (tiny, so groups collide)
 NK = 5  # int key domain 0..NK-1

@@ -76,6 +76,12 @@ TRANSLATE_SLICE_RECORDS: Setting[int] = _conf(
     "spark.strata.translate.sliceRecords", int, 50_000,
     "A translate stage's input file of more than twice this many records is read by "
     "several map tasks (row slices), up to one per core.")
+TRANSLATE_ROUTE: Setting[str] = _conf(
+    "spark.strata.translate.route", str, "auto",
+    "How a translate epoch's Spark job is built: rdd (parallelize, partitionBy), arrow "
+    "(DataFrames: mapInArrow, repartition; also runs over Spark Connect) or auto (rdd on "
+    "a classic session, arrow over Spark Connect).",
+    choices=("auto", "rdd", "arrow"))
 EXCHANGE: Setting[str] = _conf(
     "spark.strata.vectorized.exchange", str, "auto",
     "How a vectorized epoch's records cross the shuffle: arrow (packed batches), rows, "

@@ -85,8 +85,8 @@ def run(
     remote: Annotated[str | None, typer.Option(
         "--remote", metavar="sc://HOST:PORT",
         help="Run over a Spark Connect server instead of a classic session (default: "
-             "$STRATA_REMOTE unless --master is given). Query stages run there; translate "
-             "stages need a classic session and are refused.")] = None,
+             "$STRATA_REMOTE unless --master is given). Every kind of stage runs there "
+             "(translate stages on DataFrames: spark.strata.translate.route).")] = None,
     mode: Annotated[Literal["direct", "blackbox"], typer.Option(
         help="Execution mode: direct (state stays partitioned, per-epoch work follows the "
              "increment) or blackbox (re-shuffles the whole state every epoch).")] = "direct",

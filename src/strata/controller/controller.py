@@ -38,8 +38,8 @@ from strata.model.runnability import runnable_all
 from strata.model.schema import to_ddl
 from strata.physical.fusion import PhysicalStage, plan
 from strata.physical.program import collect_garbage, read_answer, read_state
-from strata.physical.runner import SparkStageRunner, refuse_over_connect
-from strata.physical.session import is_connect, set_runtime_confs
+from strata.physical.runner import SparkStageRunner
+from strata.physical.session import set_runtime_confs
 from strata.physical.shipping import ship_files
 from strata.storage import fs
 from strata.storage.catalog import Catalog, NewOutput
@@ -80,9 +80,8 @@ class Controller:
     (``.py``/``.zip``/``.egg`` files or directories), like ``spark-submit --py-files``.
 
     ``remote`` (``sc://host:port``; default ``$STRATA_REMOTE`` unless ``master`` or
-    ``spark`` is given) runs the epochs over Spark Connect: query stages run there; a
-    dataflow with translate stages is refused here, before anything runs, because they
-    need a classic session (RDDs).
+    ``spark`` is given) runs the epochs over Spark Connect: every kind of stage runs
+    there (translate stages on DataFrames, physical/translate_arrow.py).
 
     ``spark_conf`` sets Spark session confs (runtime ones, such as
     ``spark.sql.shuffle.partitions`` or ``spark.strata.driverEpoch.maxRows``) before the
@@ -116,8 +115,6 @@ class Controller:
     ) -> None:
         if master is None and spark is None and remote is None:
             remote = config.env(config.REMOTE)
-        if spark is not None and is_connect(spark) or spark is None and remote is not None:
-            refuse_over_connect(dataflow.stages.values())  # before the home is touched
         dataflow.validate()  # before anything is written: a bad dataflow leaves no home
         self.layout = Home(home, catalog)
         self.home = self.layout.root
@@ -158,8 +155,6 @@ class Controller:
             from strata.physical.session import get_spark
 
             spark = self._spark or get_spark(self._master, remote=self._remote)
-            if is_connect(spark):  # e.g. an active Connect session this process made
-                refuse_over_connect(self.dataflow.stages.values())
             set_runtime_confs(spark, self.spark_conf)
             ship_files(spark, self.py_files)
             self._runner = SparkStageRunner(self.layout, spark, self.mode, self.num_partitions,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -57,27 +57,6 @@ def program_of(stage: Stage) -> StageProgram:
         raise StrataError(f"stage {stage.name!r}: its program {stage.program!r} does not "
                           "implement strata.physical.program.StageProgram")
     return stage.program
-
-
-def translate_stages(stages: Iterable[Stage]) -> list[str]:
-    """The names of those of ``stages`` that are translate stages (run on RDDs)."""
-    return [s.name for s in stages if isinstance(program_of(s), TranslateProgram)]
-
-
-def refuse_over_connect(stages: Iterable[Stage]) -> None:
-    """Raise a :class:`StrataError` if any of ``stages`` is a translate stage: they run
-    on RDDs (``sparkContext.parallelize``, ``mapPartitions``), which a Spark Connect
-    session does not have. Queries (compiled DataFrame plans) run over Connect."""
-    names = translate_stages(stages)
-    if names:
-        listed = ", ".join(repr(n) for n in names)
-        raise StrataError(
-            f"translate stage{'s' if len(names) > 1 else ''} {listed} cannot run over Spark "
-            "Connect (--remote / $STRATA_REMOTE): translate stages run on RDDs, which a "
-            "Connect session does not have, and need a classic session (--master local[*], "
-            "spark://…, yarn, k8s://…), or can be written as vectorized stages, which take "
-            "the DataFrame/Arrow route (docs/vectorized.md). Queries (strata query, compiled "
-            "query stages) work over Spark Connect.")
 
 
 class SparkStageRunner:
@@ -177,7 +156,6 @@ class SparkStageRunner:
         )
         connect = is_connect(self.spark)
         if connect:
-            refuse_over_connect([stage] if isinstance(program, TranslateProgram) else [])
             # no SparkContext for a job description: the epoch's jobs carry a tag instead
             tag = re.sub(r"[^A-Za-z0-9_.:-]", "_", f"strata:{stage.name}:epoch-{epoch}")
             self.spark.addTag(tag)

@@ -42,12 +42,13 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
     The default is embedded Spark (``local[*]``); pass a master URL (``spark://…``,
     ``yarn``, ``k8s://…``) to run the same dataflow on a cluster, or a Spark Connect URL
     ``remote`` (``sc://host:15002``; default ``$STRATA_REMOTE`` unless ``master`` is
-    given) to send DataFrame plans to a Connect server: queries run there, translate
-    stages (RDDs) do not. Adaptive query execution is switched off because strata relies
-    on a shuffle's output partition ``i`` being read by task ``i`` (the state of
-    partition ``i`` lives beside it). PySpark's DataFrame debugging context is off: it
-    costs several JVM round trips for every column function a query plan is built from,
-    and strata names the failing stage and epoch in its own errors.
+    given) to send DataFrame plans to a Connect server: every kind of stage runs there
+    (translate stages on DataFrames, ``physical/translate_arrow.py``). Adaptive query
+    execution is switched off because strata relies on a shuffle's output partition
+    ``i`` being read by task ``i`` (the state of partition ``i`` lives beside it).
+    PySpark's DataFrame debugging context is off: it costs several JVM round trips for
+    every column function a query plan is built from, and strata names the failing
+    stage and epoch in its own errors.
 
     ``event_log_dir`` (a local directory, created if missing) makes a new classic session
     write Spark's event log there, uncompressed and in one file, for

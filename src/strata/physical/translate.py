@@ -41,9 +41,11 @@ from strata.model.dataflow import Stage
 from strata.model.errors import EpochError, StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.records import pending_state_records
+from strata.physical.session import default_parallelism, is_connect
 from strata.physical.shipping import pickle_by_value, ship_modules, user_modules
 from strata.physical.small_epochs import conf_of, fits_driver
 from strata.physical.tasks import EpochTask
+from strata.physical.translate_arrow import run_on_arrow
 from strata.storage import fs
 from strata.storage.direct_columns import StoreSpec
 from strata.storage.home import StageLayout
@@ -109,29 +111,48 @@ class TranslateProgram(StageProgram):
             fusion=ctx.fusion, store=before.store,
         )
         here = self.in_driver(ctx, before)
-        sc = ctx.spark.sparkContext
         splits: list[tuple] = []
         slices = conf_of(ctx, config.TRANSLATE_SLICE_RECORDS)
+        cores = 1 if here else default_parallelism(ctx.spark)
         for fi, name in enumerate(stage.input_names):
             for inc in ctx.inputs.get(name, ()):
-                splits += input_splits(fi, inc, 1 if here else sc.defaultParallelism, slices)
+                splits += input_splits(fi, inc, cores, slices)
         splits += [("pending", f) for f in before.pending]
         if ctx.mode == "blackbox":
             splits += [("blackbox", f) for f in before.blackbox]
         n = ctx.num_partitions
+        route = "driver" if here else self.route(ctx)
         if here:
             results = task.run_here(splits)
         else:
             for s in [stage, *(x for c in (*ctx.fusion.pre.values(), *ctx.fusion.post.values())
                                for x in c)]:
                 ship_user_code(ctx.spark, s)
-            results = self._run_on_spark(sc, task, splits, n)
+            results = (run_on_arrow(ctx.spark, task, splits, n) if route == "arrow"
+                       else self._run_on_spark(ctx.spark.sparkContext, task, splits, n))
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise EpochError.from_dict(min(errors, key=lambda d: str(d.get("flow"))))
         outcome = self._outcome(ctx, before, results)
         outcome.metrics["in_driver"] = here
+        outcome.metrics["route"] = route  # "driver", "rdd" or "arrow"
         return outcome
+
+    @staticmethod
+    def route(ctx: EpochContext) -> str:
+        """How the epoch's Spark job is built (``spark.strata.translate.route``): ``"rdd"``
+        (``parallelize``, ``partitionBy``; a classic session only) or ``"arrow"``
+        (DataFrames, :mod:`strata.physical.translate_arrow`; any session). ``auto``: the
+        RDD route on a classic session, the Arrow route over Spark Connect."""
+        route = conf_of(ctx, config.TRANSLATE_ROUTE)
+        connect = is_connect(ctx.spark)
+        if route == "auto":
+            return "arrow" if connect else "rdd"
+        if route == "rdd" and connect:
+            raise StrataError(
+                f"stage {ctx.stage.name!r}: spark.strata.translate.route=rdd needs a classic "
+                "Spark session (RDDs); over Spark Connect set it to arrow or auto")
+        return route
 
     @staticmethod
     def in_driver(ctx: EpochContext, before: TranslateState) -> bool:
