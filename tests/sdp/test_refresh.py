@@ -3,11 +3,13 @@ every run, under appends, declared deletes, rewritten sources and changed defini
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from strata import sdp
 from tests.sdp.shop import ORACLE, copy_project, oracle, same, table, write_day
@@ -54,7 +56,28 @@ def test_a_changed_definition_or_a_rewritten_source_rebuilds_from_the_sources(sp
         same(table(wh / view), oracle(project, view), view)
 
 
-def test_declared_deletes_retract_rows(spark, tmp_path):
+def _random_batches(seed: int, batches: int, size: int) -> list[list[tuple[int, int, int]]]:
+    """Random appends, and deletes (``_mult`` -1) of rows appended before and not yet
+    deleted: the change a source with declared deletes may carry."""
+    rng = random.Random(seed)
+    live: list[tuple[int, int]] = []
+    out = []
+    for _ in range(batches):
+        rows = []
+        for _ in range(size):
+            if live and rng.random() < 0.35:
+                k, v = live.pop(rng.randrange(len(live)))
+                rows.append((k, v, -1))
+            else:
+                k, v = rng.randrange(6), rng.randrange(-5, 20)
+                live.append((k, v))
+                rows.append((k, v, 1))
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_declared_deletes_retract_rows(spark, tmp_path, seed):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "v.sql").write_text(
         "CREATE MATERIALIZED VIEW totals AS SELECT k, sum(v) AS s, count(*) AS n "
@@ -63,13 +86,8 @@ def test_declared_deletes_retract_rows(spark, tmp_path):
     spec = tmp_path / "spark-pipeline.yml"
     spec.write_text("name: d\nstorage: st\nlibraries:\n  - glob:\n      include: t/**\n")
     (tmp_path / "events").mkdir()
-    batches = [
-        [(1, 10, 1), (1, 5, 1), (2, 7, 1), (3, 1, 1)],
-        [(1, 5, -1), (2, 3, 1), (3, 1, -1)],
-        [(2, 7, -1), (2, 3, -1), (4, 2, 1), (4, 2, 1)],
-    ]
     wh = tmp_path / "warehouse"
-    for i, rows in enumerate(batches):
+    for i, rows in enumerate(_random_batches(seed, 3, 40)):
         k, v, m = zip(*rows, strict=True)
         pq.write_table(pa.table({"k": pa.array(k, pa.int64()), "v": pa.array(v, pa.int64()),
                                  "_mult": pa.array(m, pa.int64())}),
