@@ -37,12 +37,15 @@ class RefreshReport:
 
     new_files: dict[str, int] = field(default_factory=dict)
     epochs: int = 0
+    epoch_seconds: dict[str, float] = field(default_factory=dict)  # by stage, summed
     rebuilt: str | None = None  # why the home was rebuilt, if it was
     published: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"new_files": self.new_files, "epochs": self.epochs, "rebuilt": self.rebuilt,
+        return {"new_files": self.new_files, "epochs": self.epochs,
+                "epoch_seconds": {k: round(v, 3) for k, v in self.epoch_seconds.items()},
+                "rebuilt": self.rebuilt,
                 "published": self.published, "seconds": round(self.seconds, 3)}
 
 
@@ -125,6 +128,7 @@ def refresh(plan: PipelinePlan, spark: Any, *, full_refresh: Sequence[str] = (),
             report.new_files[flow] = len(c.ingest_new(flow, listed))
         for r in c.run():
             report.epochs += 1
+            report.epoch_seconds[r.stage] = report.epoch_seconds.get(r.stage, 0.0) + r.seconds
             progress(f"{r.stage} epoch {r.epoch}: {sum(r.records_in.values())} records in, "
                      f"{sum(r.records_out.values())} out")
         crashpoint("sdp-before-publish")
