@@ -103,3 +103,22 @@ def test_a_bad_spec_is_refused(tmp_path, text, message):
     (tmp_path / "spark-pipeline.yml").write_text(text)
     with pytest.raises(PipelineError, match=message):
         load_spec(tmp_path / "spark-pipeline.yml").files()
+
+
+def test_dry_run_and_explain_from_the_shell_name_file_and_line_without_spark(tmp_path):
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+
+    runner = CliRunner()
+    good = project(tmp_path / "good", "CREATE MATERIALIZED VIEW s AS SELECT k, count(*) AS n "
+                                      "FROM parquet.`data` GROUP BY k;")
+    done = runner.invoke(app, ["pipelines", "dry-run", "--spec", str(good)])
+    assert done.exit_code == 0 and "1 views and tables, 1 incremental" in done.output
+    explained = runner.invoke(app, ["pipelines", "explain", "--spec", str(good), "--json"])
+    assert explained.exit_code == 0 and '"incremental": true' in explained.output
+    bad = project(tmp_path / "bad", "CREATE MATERIALIZED VIEW s AS SELECT 1 AS o;\n\n"
+                                    "CREATE MATERIALIZED VIEW t AS SELECT * FROM missing;")
+    failed = runner.invoke(app, ["pipelines", "dry-run", "--spec", str(bad)])
+    assert failed.exit_code == 1 and "views.sql:3: reads 'missing'" in failed.output
+    assert "Traceback" not in failed.output

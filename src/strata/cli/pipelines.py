@@ -30,18 +30,22 @@ MasterOption = Annotated[str | None, typer.Option(
     help="Spark master URL (default: $STRATA_MASTER, else local[*]).")]
 
 
-def _load(spec: Path | None, master: str | None, warehouse: str | None = None
-          ) -> tuple[Any, Any]:
+def _load(spec: Path | None, master: str | None, warehouse: str | None = None, *,
+          spark_needed: bool = True) -> tuple[Any, Any]:
     """The session (the spec's ``spark.sql.*`` settings applied, as spark-pipelines
-    does) and the planned project."""
+    does) and the planned project. Without ``spark_needed`` (checking, explaining) a
+    session starts only for Python definitions, whose column functions need one."""
     from strata import sdp
     from strata.physical.session import get_spark
     from strata.sdp.spec import load_spec
 
-    spark = get_spark(master)
-    for key, value in load_spec(spec).configuration.items():
-        if key.startswith("spark.sql.") and key != "spark.sql.warehouse.dir":
-            spark.conf.set(key, value)
+    loaded = load_spec(spec)
+    spark = None
+    if spark_needed or any(f.suffix == ".py" for f in loaded.files()):
+        spark = get_spark(master)
+        for key, value in loaded.configuration.items():
+            if key.startswith("spark.sql.") and key != "spark.sql.warehouse.dir":
+                spark.conf.set(key, value)
     return spark, sdp.load(spec, warehouse=warehouse)
 
 
@@ -97,7 +101,7 @@ def dry_run(spec: SpecOption = None, master: MasterOption = None,
     from strata import sdp
 
     with output.reported():
-        _, plan = _load(spec, master)
+        _, plan = _load(spec, master, spark_needed=False)
         views = sdp.describe(plan)
         if json_out:
             typer.echo(output.dumps({"ok": True, "views": [v["name"] for v in views]}))
@@ -113,7 +117,7 @@ def explain(spec: SpecOption = None, master: MasterOption = None,
     from strata import sdp
 
     with output.reported():
-        _, plan = _load(spec, master)
+        _, plan = _load(spec, master, spark_needed=False)
         views = sdp.describe(plan)
         if json_out:
             typer.echo(output.dumps({"views": views}))
