@@ -402,6 +402,7 @@ def query(
         from strata.physical.registration import compiled
         from strata.queries.program import QueryProgram
         from strata.queries.stage import add_query
+        from strata.queries.vector_route import VectorQueryProgram
 
         if re.search(r"\bWINDOW\s*\(", sql, re.I):
             from strata.cli.windows import _print, register_sql
@@ -432,7 +433,8 @@ def query(
                     scratch.source(flow, info["schema"])
             stage = add_query(scratch, name, sql, keys=keys, allow_recompute=allow_recompute)
             program = stage.program
-            assert isinstance(program, QueryProgram)  # what add_query compiles
+            # what add_query compiles: a group-by of one flow takes the vectorized route
+            assert isinstance(program, QueryProgram | VectorQueryProgram)
             plan = program.inc
             explained = program.explain()
             backfilled = 0
