@@ -10,8 +10,6 @@ views are derived data, so the rebuild gives the same answers, by recomputation.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -132,6 +130,8 @@ def refresh(plan: PipelinePlan, spark: Any, *, full_refresh: Sequence[str] = (),
             progress(f"{r.stage} epoch {r.epoch}: {sum(r.records_in.values())} records in, "
                      f"{sum(r.records_out.values())} out")
         crashpoint("sdp-before-publish")
+        if not all(v.incremental for v in plan.views):
+            _source_views(plan, spark, c)
         for v in plan.views:
             target = table_location(plan, spark, v.name)
             if v.incremental:
@@ -143,7 +143,7 @@ def refresh(plan: PipelinePlan, spark: Any, *, full_refresh: Sequence[str] = (),
                 if fs.read_json(fs.join(target, MARKER)) != shows:
                     report.published[v.name] = _publish(target, c.answer(v.name), shows)
             else:
-                report.published[v.name] = _full(plan, spark, v, c)
+                report.published[v.name] = _full(plan, spark, v)
             progress(f"published {v.name}")
     report.seconds = time.perf_counter() - t0
     return report
@@ -166,11 +166,6 @@ def _rewritten_source(plan: PipelinePlan, spark: Any, files: dict[str, list[str]
     return None
 
 
-def _exists(uri: str) -> bool:
-    filesystem, p = fs.resolve(uri)
-    return filesystem.get_file_info(p).type == pafs.FileType.Directory
-
-
 def _publish(target: str, table: pa.Table, shows: dict[str, int]) -> dict[str, Any]:
     """Replace the table's files with ``table``: the new file is written under a
     temporary name, then the old files are removed, it is renamed in place, and the
@@ -183,8 +178,10 @@ def _publish(target: str, table: pa.Table, shows: dict[str, int]) -> dict[str, A
     old = [i.path for i in filesystem.get_file_info(pafs.FileSelector(p))
            if i.path != tmp]
     for o in old:
-        filesystem.delete_file(o) if filesystem.get_file_info(o).type == \
-            pafs.FileType.File else filesystem.delete_dir(o)
+        if filesystem.get_file_info(o).type == pafs.FileType.File:
+            filesystem.delete_file(o)
+        else:
+            filesystem.delete_dir(o)
     crashpoint("sdp-publish")
     filesystem.move(tmp, f"{p}/part-00000-{token}.parquet")
     with filesystem.open_output_stream(f"{p}/_SUCCESS") as out:
@@ -193,13 +190,19 @@ def _publish(target: str, table: pa.Table, shows: dict[str, int]) -> dict[str, A
     return {"rows": table.num_rows, "mode": "incremental"}
 
 
-def _full(plan: PipelinePlan, spark: Any, v: ViewPlan, c: Controller) -> dict[str, Any]:
-    """Recompute ``v`` by Spark over every source file and the published views."""
+def _source_views(plan: PipelinePlan, spark: Any, c: Controller) -> None:
+    """Every source as a temporary view of all the files it has taken: what the views
+    refreshed in full read."""
     for flow, src in plan.sources.items():
         paths = c.referenced_files(flow)
         frame = spark.read.parquet(*paths) if paths else spark.createDataFrame(
             [], src.ddl)
         frame.createOrReplaceTempView(flow)
+
+
+def _full(plan: PipelinePlan, spark: Any, v: ViewPlan) -> dict[str, Any]:
+    """Recompute ``v`` by Spark over the sources' views (:func:`_source_views`) and the
+    published tables it reads."""
     for other in plan.views:
         if other.name in v.reads:
             spark.read.parquet(table_location(plan, spark, other.name)
@@ -222,6 +225,3 @@ def describe(plan: PipelinePlan) -> list[dict[str, Any]]:
              "policy": v.policy, "incremental": v.incremental, "why_full": v.why or None,
              "reads": v.reads, "explain": v.explain} for v in plan.views]
 
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=os.fspath)
