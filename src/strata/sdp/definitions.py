@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import Tokenizer, TokenType
 
+from strata.sdp.capture import capture_body
 from strata.sdp.spec import PipelineError, PipelineSpec
 
 MATERIALIZED_VIEW, STREAMING_TABLE, TEMPORARY_VIEW = ("materialized view", "streaming table",
@@ -126,8 +127,6 @@ def _python_registry() -> Any:
 def load_definitions(spec: PipelineSpec, spark: Any) -> list[Definition]:
     """Every dataset of the project, flows attached to their targets, in file order.
     ``spark`` is what Python files see as ``spark`` (a tracing session)."""
-    from strata.sdp.capture import capture_body
-
     g = _python_registry()
     found: list[tuple[str, Any]] = []
 
@@ -153,7 +152,7 @@ def load_definitions(spec: PipelineSpec, spark: Any) -> list[Definition]:
                 _run_python(file, spark)
             else:
                 raise PipelineError(f"{file}: definitions are .py or .sql files")
-    return _assemble(found, spark, capture_body)
+    return _assemble(found, spark)
 
 
 def _run_python(file: Path, spark: Any) -> None:
@@ -175,9 +174,7 @@ _KINDS = {"MaterializedView": MATERIALIZED_VIEW, "StreamingTable": STREAMING_TAB
           "TemporaryView": TEMPORARY_VIEW}
 
 
-def _assemble(found: list[tuple[str, Any]], spark: Any,
-              capture_body: Callable[..., tuple[exp.Expr | None, str | None]]
-              ) -> list[Definition]:
+def _assemble(found: list[tuple[str, Any]], spark: Any) -> list[Definition]:
     datasets: dict[str, Definition] = {}
     flows: list[tuple[str, exp.Expr | None, str, Any]] = []
     for what, item in found:
