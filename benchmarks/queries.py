@@ -275,7 +275,7 @@ class StepTimes(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.seconds: list[float] = []
-        self.logger = logging.getLogger("strata.queries.iteration")
+        self.logger = logging.getLogger("strata.queries.programs.iteration")
 
     def emit(self, record: logging.LogRecord) -> None:
         if hasattr(record, "step_seconds"):

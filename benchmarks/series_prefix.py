@@ -29,7 +29,7 @@ The series stage's plans run on every pair (``strata.series.evaluate``):
 A strata plan's run includes what the occurrence that reads the views later pays: it
 reads them and merges them per group. Every plan stores its views co-located, as the
 stage does: separate views bucketed by their keys, and a pass's rows each in its view's
-bucket (``strata.queries.tables.write_bucketed``), read back as bucketed tables, so the
+bucket (``strata.queries.spark.tables.write_bucketed``), read back as bucketed tables, so the
 merge shuffles nothing. ``pass_shuffled`` and ``read_back_shuffled`` split the shuffle.
 For ``market_query``, hand-built plans run too:
 
@@ -94,7 +94,7 @@ def views(pair: str):
     from series import DDL
 
     from strata.model.schema import parse_ddl, type_ddl
-    from strata.queries.sql import parse_sql
+    from strata.queries.front import parse_sql
     from strata.series.normalize import plan_series
     from strata.series.windows import Schedule, Segments
 
@@ -220,7 +220,7 @@ def write(spark, plan: str, d, path: Path, partitions: int) -> None:
     if plan not in STRATA[1:]:
         d.write.mode("overwrite").parquet(str(path))
         return
-    from strata.queries.tables import write_bucketed
+    from strata.queries.spark import write_bucketed
     from strata.series.stored import branch_buckets
 
     shutil.rmtree(path, ignore_errors=True)
@@ -246,7 +246,7 @@ def read_back(spark, plan: str, out: Path, pair: str, partitions: int) -> None:
 
 def pass_views(spark, path: Path, partitions: int, pair: str) -> list:
     """A pass's views, each read from its files as the stage reads them."""
-    from strata.queries.frames import ddl_of
+    from strata.queries.spark import ddl_of
     from strata.series.evaluate import jumbo_branch
     from strata.series.stored import branch_entries, branch_rows
 

@@ -100,7 +100,7 @@ PYSPARK_PRIVATE = re.compile(r"pyspark\.sql\.classic|\._sc\b|__dict__\[[\"']sche
 
 
 def test_no_module_relies_on_pysparks_private_classes_or_fields():
-    """Rows the driver holds are a strata type (``queries/rows.py``), not a subclass of
+    """Rows the driver holds are a strata type (``queries/arrow/rows.py``), not a subclass of
     PySpark's classic DataFrame with its private fields set (docs/architecture.md, "The
     driver's rows and Spark's")."""
     offenders = [f"{p.relative_to(SRC.parent)}:{n}" for p in sorted(SRC.rglob("*.py"))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strata.queries.arrow_expr import Unsupported, evaluate, evaluate_all
+from strata.queries.arrow.arrow_expr import Unsupported, evaluate, evaluate_all
 
 ARROW = pa.schema([("a", pa.int32()), ("b", pa.int64()), ("t", pa.int8()),
                    ("x", pa.float64()), ("s", pa.string()), ("f", pa.bool_()),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from strata.queries.ctes import inline_ctes
-from strata.queries.errors import QueryError
-from strata.queries.sql import parse_sql, tables_read
+from strata.queries.front.ctes import inline_ctes
+from strata.queries.front.sql import parse_sql, tables_read
+from strata.queries.plan.errors import QueryError
 
 
 def inlined(sql: str) -> str:

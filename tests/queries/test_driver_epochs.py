@@ -12,8 +12,8 @@ import pytest
 from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import add_query
-from strata.queries.evaluator import EvalMode, Evaluator
-from strata.queries.tables import COMPACT_FILES_PER_BUCKET
+from strata.queries.spark.evaluator import EvalMode, Evaluator
+from strata.queries.spark.tables import COMPACT_FILES_PER_BUCKET
 from tests.helpers import epochs_in
 from tests.queries.oracle import cell, duckdb_answer, normalized
 from tests.queries.test_shapes import D_SCHEMA, P_SCHEMA, R_SCHEMA, SHAPES, SUMSQ, VECTORIZED

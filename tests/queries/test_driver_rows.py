@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from strata.queries import driver_rows
-from strata.queries.frames import cut, local_rows
-from strata.queries.rows import Rows
+from strata.queries.arrow import driver_rows
+from strata.queries.arrow.rows import Rows
+from strata.queries.spark.frames import cut, local_rows
 
 SCHEMA = "`_g` struct<a: bigint, b: string>, `v` double, `_cnt` bigint"
 ARROW = pa.schema([("_g", pa.struct([("a", pa.int64()), ("b", pa.string())])),

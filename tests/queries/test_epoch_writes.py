@@ -15,9 +15,10 @@ import pytest
 from strata import Dataflow
 from strata.config import QUERY_DRIVER_ROWS
 from strata.controller.controller import Controller
-from strata.queries import add_query, frames
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
+from strata.queries import add_query
+from strata.queries.arrow.rows import Rows
+from strata.queries.spark import frames
+from strata.queries.spark.tables import QueryTables
 from strata.storage.home import StageLayout
 from tests.helpers import session_confs
 
@@ -62,7 +63,7 @@ def test_tables_the_driver_writes_stay_in_its_file_cache(spark, tmp_path, monkey
 
     cache = TableCache(64 << 20)
     monkeypatch.setattr(increments, "FILE_CACHE", cache)
-    monkeypatch.setattr("strata.queries.tables.FILE_CACHE", cache)  # its moves
+    monkeypatch.setattr("strata.queries.spark.tables.FILE_CACHE", cache)  # its moves
     rows = pa.table({"_g": pa.array([i % 37 for i in range(500)], pa.int64()),
                      "v": pa.array(range(500), pa.int64())})
     schema = StructType([StructField("_g", LongType()), StructField("v", LongType())])

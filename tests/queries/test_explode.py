@@ -20,11 +20,11 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import QueryError, add_query, table
-from strata.queries.algebra import Explode
-from strata.queries.explode import arrow_rows, spark_rows
-from strata.queries.expressions import col
-from strata.queries.rows import Rows
-from strata.queries.sql import parse_sql
+from strata.queries.arrow.rows import Rows
+from strata.queries.front.sql import parse_sql
+from strata.queries.plan.algebra import Explode
+from strata.queries.plan.expressions import col
+from strata.queries.spark.explode import arrow_rows, spark_rows
 from strata.series import Series, add_series, series_stage_name
 from strata.series.normalize import explain
 from tests.helpers import epochs_in
@@ -213,7 +213,7 @@ def test_unsupported_explodes_are_refused_with_what_to_do(sql, says):
 
 def test_filters_on_the_row_run_before_it_is_repeated():
     """A condition that does not read the element is pushed below the explode."""
-    from strata.queries.incremental import derive
+    from strata.queries.plan.incremental import derive
 
     flows = {"docs": {"id": "bigint", "tags": "array<string>"}}
     root = derive(parse_sql("SELECT id, tag FROM docs LATERAL VIEW explode(tags) t AS tag "

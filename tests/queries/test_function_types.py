@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from strata.queries.errors import QueryError
-from strata.queries.expressions import type_of
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import type_of
 
 COLUMNS = {"x": "bigint", "i": "int", "y": "double", "s": "string", "t": "timestamp",
            "d": "date"}

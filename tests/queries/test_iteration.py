@@ -11,7 +11,8 @@ import pytest
 from strata import Dataflow
 from strata.config import ARROW
 from strata.controller.controller import Controller
-from strata.queries import NotIncrementalError, QueryError, add_query, arrow_step, iterate, table
+from strata.queries import NotIncrementalError, QueryError, add_query, iterate, table
+from strata.queries.arrow import arrow_step
 
 SEEDS = [(0, 2.5, 2.5), (1, 2.5, 7.5), (2, 7.5, 2.5), (3, 7.5, 7.5)]
 PAGERANK_STEP = (

@@ -9,7 +9,7 @@ import pytest
 from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import add_query, derive, parse_sql, table
-from strata.queries.errors import NotIncrementalError, QueryError
+from strata.queries.plan.errors import NotIncrementalError, QueryError
 from tests.helpers import epochs_in
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 

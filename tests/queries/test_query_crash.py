@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from strata.controller import Controller
-from strata.queries import tables
+from strata.queries.spark import tables
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.increments import read_records

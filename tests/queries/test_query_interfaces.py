@@ -164,7 +164,7 @@ def group_epoch_shuffles(spark, tmp_path) -> dict[int, int]:
 
 
 def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypatch):
-    from strata.queries import tables
+    from strata.queries.spark import tables
 
     monkeypatch.setattr(tables, "COMPACT_FILES_PER_BUCKET", 1)
     df = Dataflow("j")
@@ -197,7 +197,7 @@ def test_join_inputs_are_compacted_with_deletes_netted(spark, tmp_path, monkeypa
 
 def test_python_api_wraps_a_grouped_relation_as_a_subquery():
     from strata.queries import GroupBy, Map, table
-    from strata.queries.stage import compile_query, flow_columns
+    from strata.queries.programs.stage import compile_query, flow_columns
 
     q = table("R").group_by("k").agg(n="count(*)").where("n > 2").order_by("n desc")
     assert "FROM (SELECT" in q.sql()

@@ -14,7 +14,7 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.model.errors import EpochError, StrataError, TranslateError
 from strata.queries import UserAggregate, add_query, table
-from strata.queries.vector_route import VectorQueryProgram
+from strata.queries.programs.vector_route import VectorQueryProgram
 from tests.helpers import epochs_in
 from tests.queries.oracle import check_history as run_history
 from tests.queries.oracle import net_changes, normalized
@@ -254,7 +254,7 @@ def test_vectorized_route_changes_equal_the_general_plans(spark, tmp_path, where
 def test_the_driver_aggregates_only_lifts_arrow_can():
     """A part's lift is aggregated in Arrow when it is a sum, min or max of a row
     expression; any other form leaves ``h`` to Spark's aggregation."""
-    from strata.queries.arrow_lift import split_lift
+    from strata.queries.arrow.arrow_lift import split_lift
 
     assert split_lift("sum(CAST((`y`) AS double) * `_mult`)") == (
         "sum", "CAST((`y`) AS DOUBLE) * `_mult`")

@@ -12,7 +12,8 @@ The scheduler alternates them: ``avg_by_x`` 1, ``revenue`` 1, ``avg_by_x`` 2, ``
 from __future__ import annotations
 
 from strata import Dataflow
-from strata.queries import add_query, tables
+from strata.queries import add_query
+from strata.queries.spark import tables
 
 # name -> (SQL, keys); the same SQL runs on DuckDB over all input as the oracle
 QUERIES = {

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from strata.cli.series import _scan_lines
 from strata.config import HELD_SEGMENT_ROWS
 from strata.controller import Controller
-from strata.queries import driver_rows
-from strata.queries.rows import Rows
-from strata.queries.sql import parse_sql
+from strata.queries.arrow import driver_rows
+from strata.queries.arrow.rows import Rows
+from strata.queries.front.sql import parse_sql
 from strata.series import Series, series_stage_name
 from strata.series.evaluate import occurrence, view_of_segment
 from strata.series.held import held_occurrence, held_view

@@ -9,7 +9,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from strata.queries.sql import parse_sql
+from strata.queries.front.sql import parse_sql
 from strata.series.evaluate import occurrence, view_of_segment
 from strata.series.normalize import explain, plan_series
 from strata.series.windows import Schedule, Segments
@@ -128,7 +128,7 @@ def test_plans_cut_where_the_operators_decompose(spark):
 
 
 def test_unbound_tables_are_refused():
-    from strata.queries.errors import QueryError
+    from strata.queries.plan.errors import QueryError
 
     with pytest.raises(QueryError, match="does not bind"):
         plan_series(parse_sql("SELECT A FROM other", {"other": COLUMNS}),

@@ -12,7 +12,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata.queries.sql import parse_sql
+from strata.queries.front.sql import parse_sql
 from strata.series.evaluate import (
     jumbo_branch,
     jumbo_eligible,

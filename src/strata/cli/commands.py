@@ -400,9 +400,7 @@ def query(
     (`strata window add` sets its policies)."""
     with output.reported():
         from strata.physical.registration import compiled
-        from strata.queries.program import QueryProgram
-        from strata.queries.stage import add_query
-        from strata.queries.vector_route import VectorQueryProgram
+        from strata.queries.programs import QueryProgram, VectorQueryProgram, add_query
 
         if re.search(r"\bWINDOW\s*\(", sql, re.I):
             from strata.cli.windows import _print, register_sql

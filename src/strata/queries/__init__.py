@@ -4,16 +4,28 @@ A query (SQL text or the Python API) is rewritten into a homomorphism ``h`` over
 increments, a merge ``⊗`` into the state and an answer function ``a`` (Fegaras,
 "Incremental query processing on big data streams", TKDE 2016), then run as a stage of a
 strata dataflow whose epochs are Spark DataFrame plans.
+
+The subpackages, one job each, import downward only (docs/architecture.md, "Layers"):
+``programs`` (the stage programs) over ``spark`` (the evaluator's DataFrame plans) over
+``arrow`` (rows the driver holds) over ``plan`` (the algebra and its incremental
+program), with ``front`` (SQL and the Python API) over ``plan`` alone.
 """
 
-from strata.queries.algebra import GroupBy, Join, Map, Query, Scan, normalize
-from strata.queries.api import Relation, table
-from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.incremental import IncrementalQuery, derive
-from strata.queries.iteration import Iteration, iterate
-from strata.queries.monoids import UserAggregate
-from strata.queries.sql import parse_sql
-from strata.queries.stage import add_query, compile_query, read_answer
+from strata.queries.front import Relation, parse_sql, table
+from strata.queries.plan import (
+    GroupBy,
+    IncrementalQuery,
+    Join,
+    Map,
+    NotIncrementalError,
+    Query,
+    QueryError,
+    Scan,
+    UserAggregate,
+    derive,
+    normalize,
+)
+from strata.queries.programs import Iteration, add_query, compile_query, iterate, read_answer
 
 __all__ = [
     "GroupBy", "IncrementalQuery", "Iteration", "Join", "Map", "NotIncrementalError", "Query",

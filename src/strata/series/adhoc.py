@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from strata.model.dataflow import Dataflow, StageProgram
 from strata.model.errors import StrataError
-from strata.queries.tables import QueryTables
+from strata.queries.spark import QueryTables
 from strata.series import registry
 from strata.series.evaluate import jumbo_branch, occurrence, view_of_segment
 from strata.series.normalize import View

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from strata.model.errors import StrataError
 from strata.model.schema import to_arrow_schema
-from strata.queries.expressions import MULT
+from strata.queries.plan import MULT
 from strata.series.stored import (
     OCCURRENCE,
     changes_flow,

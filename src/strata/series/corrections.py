@@ -39,9 +39,8 @@ from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
-from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, write_parquet
-from strata.queries.tables import QueryTables
+from strata.queries.plan import MULT
+from strata.queries.spark import QueryTables, run_all, write_parquet
 from strata.series.answers import stored_answer
 from strata.series.cost import folded
 from strata.series.evaluate import occurrence

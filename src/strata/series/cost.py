@@ -72,7 +72,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from strata.queries.algebra import Explode, GroupBy, Map, Node, Scan
+from strata.queries.plan import Explode, GroupBy, Map, Node, Scan
 from strata.series.normalize import SeriesPlan, View
 
 VIEW_SHUFFLE = 0.4  # α: shuffled bytes per view byte, computing one segment's view

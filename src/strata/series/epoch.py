@@ -30,10 +30,8 @@ from strata.faults import crashpoint
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
-from strata.queries import dispatch
-from strata.queries.frames import ddl_of, run_all
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables, write_bucketed
+from strata.queries.arrow import Rows
+from strata.queries.spark import QueryTables, ddl_of, dispatch, run_all, write_bucketed
 from strata.series.cost import (
     answer_through_spark,
     epoch_estimates,

@@ -20,13 +20,24 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from strata.queries import explode, window_functions
-from strata.queries.algebra import Explode, GroupBy, Join, Map, Node, Scan, Union, Windowed
-from strata.queries.errors import QueryError
-from strata.queries.evaluator import answer, lift, row_exprs
-from strata.queries.expressions import MULT, bind, is_aggregate, to_sql
-from strata.queries.incremental import GroupPlan
-from strata.queries.monoids import monoid
+from strata.queries.plan import (
+    MULT,
+    Explode,
+    GroupBy,
+    GroupPlan,
+    Join,
+    Map,
+    Node,
+    QueryError,
+    Scan,
+    Union,
+    Windowed,
+    bind,
+    is_aggregate,
+    monoid,
+    to_sql,
+)
+from strata.queries.spark import answer, explode, lift, row_exprs, window_functions
 from strata.series.normalize import SeriesPlan, View, union_partials
 
 ViewReader = Callable[[View, range], DataFrame]  # the stored views of a run of segments

@@ -9,7 +9,7 @@ writes them with pyarrow, and answers the occurrences whose views it can read as
 segment again: the ingest's parse is its one scan (``docs/series.md``, "Segments the
 driver holds"). Each function returns None where Arrow cannot do what Spark would do
 exactly (a multiset part, a float key, a total aggregate, an expression outside
-:mod:`strata.queries.arrow_expr`); the caller then runs the Spark plan, which reads
+:mod:`strata.queries.arrow.arrow_expr`); the caller then runs the Spark plan, which reads
 the held rows as a local relation. Results are the same either way.
 """
 
@@ -25,13 +25,9 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from strata.physical.program import EpochContext
 from strata.physical.session import is_connect
-from strata.queries import arrow_step, dispatch, driver_rows
-from strata.queries.algebra import GroupBy, Join, Map, Node, Scan, Union
-from strata.queries.arrow_lift import aggregate, outside
-from strata.queries.expressions import MULT
-from strata.queries.incremental import GroupPlan
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
+from strata.queries.arrow import Rows, aggregate, arrow_step, driver_rows, outside
+from strata.queries.plan import MULT, GroupBy, GroupPlan, Join, Map, Node, Scan, Union
+from strata.queries.spark import QueryTables, dispatch
 from strata.series.evaluate import group_plan, unprefixed
 from strata.series.normalize import SeriesPlan, View, union_partials
 from strata.storage import fs
@@ -45,7 +41,7 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
                  ) -> Rows | None:
     """The segment's rows (columns ``schema``) as a held frame, if every file of it is
     in the driver's file cache, it has at most ``spark.strata.series.heldSegmentRows``
-    rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow_step.
+    rows (``-1``: never) and Arrow steps are on (:func:`strata.queries.arrow.arrow_step.
     enabled`); else None. Never over Spark Connect, where every held frame is sent to
     the server when it is made."""
     limit = dispatch.held_segment_rows(ctx)

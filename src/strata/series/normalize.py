@@ -1,6 +1,6 @@
 """Normalization: an S-query (one occurrence of a series) as per-segment SS-queries.
 
-The query's algebra tree (``strata.queries.algebra``) is cut into *views* computed once
+The query's algebra tree (``strata.queries.plan.algebra``) is cut into *views* computed once
 per segment, and the *rest*, evaluated per occurrence over the views of its window:
 
 * A scan and the maps above it distribute over the union of segments: their per-segment
@@ -26,21 +26,22 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from strata.queries.algebra import (
+from strata.queries.plan import (
     Explode,
     GroupBy,
     Join,
     Map,
+    Monoid,
     Nearest,
     Node,
     Query,
+    QueryError,
     Scan,
     Union,
+    monoid,
     normalize,
+    to_sql,
 )
-from strata.queries.errors import QueryError
-from strata.queries.expressions import to_sql
-from strata.queries.monoids import Monoid, monoid
 from strata.series.windows import Schedule
 
 

@@ -27,9 +27,8 @@ from typing import Any
 
 from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
-from strata.queries.errors import QueryError
-from strata.queries.expressions import MULT
-from strata.queries.sql import parse_sql, tables_read
+from strata.queries.front import parse_sql, tables_read
+from strata.queries.plan import MULT, QueryError
 from strata.series.corrections import OCCURRENCE, correct, corrections_flow
 from strata.series.cost import choose
 from strata.series.epoch import run_segment

@@ -11,8 +11,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
+from strata.queries.arrow import Rows
+from strata.queries.spark import QueryTables
 from strata.series.evaluate import jumbo_branch, view_of_segment
 from strata.series.normalize import View
 from strata.series.stored import SEGMENT, branch_rows, read_segment, spark_schema

@@ -9,10 +9,13 @@ from strata.model.dataflow import Dataflow
 from strata.model.errors import StrataError
 from strata.model.schema import to_ddl
 from strata.physical.registration import compiled, registered_of_kind
+from strata.queries.front import tables_read
+from strata.queries.plan import QueryError
 from strata.series.corrections import changes_flow, corrections_flow
 from strata.series.program import Series, SeriesProgram
 from strata.series.stage import add_series, series_stage_name
 from strata.series.stored import segment_of
+from strata.series.windows import Segments
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
@@ -39,10 +42,6 @@ def find(catalog: Catalog, name: str) -> tuple[SeriesProgram, Series]:
 def stream_of(series: Series, flows: Sequence[str]) -> str:
     """The stream ``series`` reads: the one stream its bound tables name, else the one
     flow its query reads."""
-    from strata.queries.errors import QueryError
-    from strata.queries.sql import tables_read
-    from strata.series.windows import Segments
-
     try:
         tables = tables_read(series.sql)
     except QueryError as e:

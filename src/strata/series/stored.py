@@ -17,9 +17,7 @@ from strata.model.errors import EpochError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext
 from strata.physical.runner import spark_failure
-from strata.queries import dispatch
-from strata.queries.frames import write_parquet
-from strata.queries.tables import bucket_of, read_bucketed
+from strata.queries.spark import bucket_of, dispatch, read_bucketed, struct_type, write_parquet
 from strata.series.normalize import SeriesPlan
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -158,8 +156,6 @@ def increment_of(directory: str) -> Increment:
 
 
 def spark_schema(columns: Mapping[str, str]) -> StructType:
-    from strata.queries.frames import struct_type
-
     return struct_type(", ".join(f"`{c}` {t}" for c, t in columns.items()))
 
 

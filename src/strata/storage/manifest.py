@@ -20,7 +20,7 @@ from strata.storage.increments import Increment
 
 # Manifests written before programs described their own state kept it in these fields.
 _TRANSLATE = "strata.physical.translate:TranslateProgram"
-_QUERY = "strata.queries.program:QueryProgram"
+_QUERY = "strata.queries.programs.program:QueryProgram"
 
 
 @dataclass

@@ -38,9 +38,8 @@ from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
 from strata.physical.session import set_confs
-from strata.queries.evaluator import answer, lift, row_exprs
-from strata.queries.frames import struct_type
-from strata.queries.program import output_ddl
+from strata.queries.programs import output_ddl
+from strata.queries.spark import answer, lift, row_exprs, struct_type
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, write_table

@@ -19,13 +19,9 @@ import sqlglot
 from sqlglot import exp
 
 from strata.model.errors import StrataError
-from strata.queries.algebra import GroupBy
-from strata.queries.ctes import inline_ctes
-from strata.queries.errors import QueryError
-from strata.queries.evaluator import row_exprs
-from strata.queries.incremental import GroupPlan
-from strata.queries.monoids import monoid
-from strata.queries.sql import parse_sql
+from strata.queries.front import inline_ctes, parse_sql
+from strata.queries.plan import GroupBy, GroupPlan, QueryError, monoid
+from strata.queries.spark import row_exprs
 from strata.windows.aggregates import MapReduce, PartsAlgebra
 from strata.windows.panes import Panes, parse_duration, shared_width, time_sql
 from strata.windows.policies import SHED_KINDS, Eviction

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from strata.model.dataflow import Dataflow, Input, Stage
 from strata.model.errors import StrataError
-from strata.queries.program import output_ddl
-from strata.queries.stage import flow_columns
+from strata.queries.programs import flow_columns, output_ddl
 from strata.windows.program import WindowProgram
 from strata.windows.query import WindowPlan, WindowQuery
 from strata.windows.rows import results_flow, scoreboard_flow

@@ -1,7 +1,7 @@
 """Scalar query expressions evaluated over Arrow tables in the driver, as Spark would.
 
 An iteration step's changes are small tables the driver already holds
-(:mod:`strata.queries.driver_rows`); filtering, projecting or assigning them in Spark
+(:mod:`strata.queries.arrow.driver_rows`); filtering, projecting or assigning them in Spark
 costs a planned job each (docs/performance.md, "Iteration steps"). This module
 evaluates the part of Spark SQL such steps use with ``pyarrow.compute`` instead:
 columns (and fields of struct columns), literals, ``+ - * / %``, unary minus, comparisons
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from strata.queries.expressions import Expr, parse
+from strata.queries.plan.expressions import Expr, parse
 
 SPARK_TYPES = {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int",
                pa.int64(): "bigint", pa.float64(): "double", pa.bool_(): "boolean",

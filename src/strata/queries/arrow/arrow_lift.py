@@ -1,8 +1,8 @@
 """A group-by's lift ``h`` aggregated in Arrow, as Spark's aggregation would.
 
 Two driver paths aggregate rows they hold instead of running a Spark job: a small epoch
-of the vectorized query route (:mod:`strata.queries.vector_route`) and an iteration step
-(:mod:`strata.queries.evaluator`). A part's lift qualifies when it is ``sum``, ``min`` or
+of the vectorized query route (:mod:`strata.queries.programs.vector_route`) and an iteration step
+(:mod:`strata.queries.spark.evaluator`). A part's lift qualifies when it is ``sum``, ``min`` or
 ``max`` of a row expression (:func:`split_lift`). Integer sums add as 128-bit decimals,
 so a sum that leaves ``bigint`` (Spark's ANSI overflow error) is found, not wrapped.
 """

@@ -1,15 +1,15 @@
 """An iteration step's operators over rows the driver holds, run in Arrow.
 
 Within an iteration's epoch each step passes small tables the driver already holds
-(:mod:`strata.queries.driver_rows`). Filtering and projecting them, assigning points to
+(:mod:`strata.queries.arrow.driver_rows`). Filtering and projecting them, assigning points to
 their nearest centre and lifting a group-by's ``h`` from them were each a Spark job over
 a local relation: planned, scheduled and collected, about 0.1–0.2 s each however few the
 rows (docs/performance.md, "Iteration steps"). Here they run on the held Arrow tables
-with :mod:`strata.queries.arrow_expr` and :mod:`strata.queries.arrow_lift`, and their
+with :mod:`strata.queries.arrow.arrow_expr` and :mod:`strata.queries.arrow.arrow_lift`, and their
 results are held in turn. Each function returns None when it cannot — the input is not
 held, an expression or a type is outside what Arrow evaluates here, or an error (an
 overflow) is Spark's to report — and the caller runs the Spark plan instead. Whether
-they are tried at all is :func:`strata.queries.dispatch.arrow_steps`'s to say.
+they are tried at all is :func:`strata.queries.spark.dispatch.arrow_steps`'s to say.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from pyspark.sql import Row
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from strata.queries import arrow_expr, driver_rows
-from strata.queries.algebra import Map, Nearest, Scan
-from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
-from strata.queries.arrow_lift import aggregate, outside, split_lift
-from strata.queries.expressions import MULT, bind, to_sql
-from strata.queries.frames import spark_type
-from strata.queries.incremental import GroupPlan, answer_scope
-from strata.queries.rows import Rows
+from strata.queries.arrow import arrow_expr, driver_rows
+from strata.queries.arrow.arrow_expr import ARROW_TYPES, Unsupported
+from strata.queries.arrow.arrow_lift import aggregate, outside, split_lift
+from strata.queries.arrow.rows import Rows, spark_type
+from strata.queries.plan.algebra import Map, Nearest, Scan
+from strata.queries.plan.expressions import MULT, bind, to_sql
+from strata.queries.plan.incremental import GroupPlan, answer_scope
 
 
 def _held(df: Rows, table: pa.Table) -> Rows:

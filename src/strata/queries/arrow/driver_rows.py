@@ -1,8 +1,8 @@
 """Rows the driver holds as Arrow, combined without Spark jobs.
 
 An iteration's steps pass small tables from one to the next: what a group-by merged,
-the overlay of upserted keys, the iterate's change. :func:`~strata.queries.frames.cut`
-brings such a table to the driver once, as a :class:`~strata.queries.rows.Rows`
+the overlay of upserted keys, the iterate's change. :func:`~strata.queries.spark.frames.cut`
+brings such a table to the driver once, as a :class:`~strata.queries.arrow.rows.Rows`
 holding it. Projections, unions and keyed replacements of held tables run here in Arrow,
 where a Spark job over local relations, planned and run, cost about 0.2 s each, several
 times per step (docs/performance.md, "Iteration steps"). Anything not held falls back to
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from strata.queries.rows import Rows
+from strata.queries.arrow.rows import Rows
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -1,8 +1,8 @@
 """A query step's rows: an Arrow table the driver holds, or a Spark DataFrame.
 
 An iteration's steps and a small epoch pass small tables from one operator to the next;
-the driver holds them as Arrow and the operators of :mod:`strata.queries.arrow_step` and
-:mod:`strata.queries.driver_rows` combine them without a Spark job. Where an operator
+the driver holds them as Arrow and the operators of :mod:`strata.queries.arrow.arrow_step` and
+:mod:`strata.queries.arrow.driver_rows` combine them without a Spark job. Where an operator
 needs Spark (an expression Arrow does not evaluate here, a large table) it asks for
 :meth:`Rows.frame`, which turns held rows into a local DataFrame once, when first
 asked: a step's tables that only Arrow reads never make that trip (about 10–40 ms each,
@@ -13,11 +13,12 @@ caller asks :meth:`Rows.arrow` and falls back to the frame when it is None.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
 
 class Rows:
@@ -79,6 +80,13 @@ class Rows:
                     self._frame = self.spark.createDataFrame(
                         _nonempty_batches(self._table), schema=self.schema)
         return self._frame
+
+
+@functools.lru_cache(maxsize=1024)
+def spark_type(sql_type: str) -> DataType:
+    """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields), parsed once
+    (Spark parses it in the JVM; a step asks for a table's schema every time)."""
+    return _parse_datatype_string(sql_type)
 
 
 def _nonempty_batches(table: pa.Table) -> pa.Table:

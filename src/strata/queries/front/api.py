@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 import sqlglot
 from sqlglot import exp
 
-from strata.queries.algebra import Query
-from strata.queries.errors import QueryError
-from strata.queries.monoids import UserAggregate
-from strata.queries.sql import parse_sql
+from strata.queries.front.sql import parse_sql
+from strata.queries.plan.algebra import Query
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.monoids import UserAggregate
 
 _aliases = itertools.count(1)
 
@@ -71,7 +71,7 @@ class Relation:
     def join_nearest(self, other: Relation, distance: str) -> Relation:
         """Join each row with the one row of ``other`` (a small relation, e.g. centroids)
         that minimizes ``distance``, an expression over both (qualified by table name or
-        alias). Maintained only inside :func:`~strata.queries.iteration.iterate`."""
+        alias). Maintained only inside :func:`~strata.queries.programs.iteration.iterate`."""
         return self._join(other, lambda la, ra: f"NEAREST({distance})")
 
     def _join(self, other: Relation, condition: Callable[[str, str], str],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from strata.queries.errors import QueryError
+from strata.queries.plan.errors import QueryError
 
 
 def inline_ctes(tree: exp.Expr) -> exp.Expr:

@@ -5,7 +5,7 @@ b.y [AND …]]…`` (also ``FROM (SELECT …) alias``, and ``JOIN centers c ON N
 which joins each row with the center that minimizes ``distance``), ``WHERE`` (including
 ``col IN (SELECT …)``, unnested to a join with the subquery's distinct values),
 ``GROUP BY``, ``HAVING``, ``ORDER BY``, ``LIMIT``, ``WITH`` (its CTEs inlined as
-subqueries, :mod:`strata.queries.ctes`) and the set operations ``UNION [ALL]``,
+subqueries, :mod:`strata.queries.front.ctes`) and the set operations ``UNION [ALL]``,
 ``INTERSECT`` and ``EXCEPT`` (columns matched by position, named by the first branch,
 as Spark does; the distinct ones are group-bys over a bag union); aggregates ``count``,
 ``count(distinct …)``, ``sum``, ``avg``, ``min``, ``max``, ``stddev``/``variance``
@@ -22,8 +22,10 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from strata.queries import sql_rows
-from strata.queries.algebra import (
+from strata.queries.front import sql_rows
+from strata.queries.front.ctes import inline_ctes
+from strata.queries.front.scope import Scope
+from strata.queries.plan.algebra import (
     Explode,
     GroupBy,
     Join,
@@ -35,9 +37,8 @@ from strata.queries.algebra import (
     Union,
     passthrough,
 )
-from strata.queries.ctes import inline_ctes
-from strata.queries.errors import QueryError
-from strata.queries.expressions import (
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import (
     MULT,
     and_all,
     col,
@@ -46,7 +47,7 @@ from strata.queries.expressions import (
     is_aggregate,
     widest,
 )
-from strata.queries.monoids import AggCall, UserAggregate
+from strata.queries.plan.monoids import AggCall, UserAggregate
 
 _AGG_NAMES: dict[type[exp.Expr], str] = {
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
@@ -83,33 +84,6 @@ def parse_select(sql: str) -> exp.Select | exp.SetOperation:
 def tables_read(sql: str) -> list[str]:
     """The flows (tables) ``sql`` reads, sorted, once its CTEs are inlined."""
     return sorted({t.name for t in parse_select(sql).find_all(exp.Table)})
-
-
-class Scope:
-    """Columns visible in a FROM clause: alias → source column → internal name."""
-
-    def __init__(self) -> None:
-        self.aliases: dict[str, dict[str, str]] = {}
-
-    def resolve(self, c: exp.Column) -> str:
-        if c.table:
-            if c.table not in self.aliases:
-                raise QueryError(f"unknown table or alias {c.table!r} in {c.sql()!r}")
-            cols = self.aliases[c.table]
-            if c.name not in cols:
-                raise QueryError(f"{c.table} has no column {c.name!r}; it has {sorted(cols)}")
-            return cols[c.name]
-        hits = [cols[c.name] for cols in self.aliases.values() if c.name in cols]
-        if not hits:
-            known = sorted({n for cols in self.aliases.values() for n in cols})
-            raise QueryError(f"unknown column {c.name!r}; known columns: {known}")
-        if len(hits) > 1:
-            raise QueryError(f"column {c.name!r} is ambiguous; qualify it with a table alias")
-        return hits[0]
-
-    def qualify(self, e: exp.Expr) -> exp.Expr:
-        return e.copy().transform(
-            lambda n: col(self.resolve(n)) if isinstance(n, exp.Column) else n)
 
 
 class _Converter:

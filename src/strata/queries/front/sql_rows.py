@@ -2,20 +2,16 @@
 [OUTER] [pos]explode``, ``explode`` in ``SELECT`` and window functions
 (``f(…) OVER (…)``). Each turns the rows so far (``node``) into the operator that
 computes them and registers its new columns in the ``FROM`` clause's scope
-(:mod:`strata.queries.sql`)."""
+(:mod:`strata.queries.front.sql`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlglot import exp
 
-from strata.queries import window_functions
-from strata.queries.algebra import Explode, Node, Windowed
-from strata.queries.errors import QueryError
-
-if TYPE_CHECKING:
-    from strata.queries.sql import Scope
+from strata.queries.front.scope import Scope
+from strata.queries.plan.algebra import Explode, Node, Windowed
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import col
 
 COMPUTED = " computed"  # the scope's name for an explode or a window in SELECT (no user
 # can type it)
@@ -87,7 +83,27 @@ def windowed(node: Node, scope: Scope, items: list[tuple[str, exp.Expr]],
                              "subquery for the other")
         partition = names
         internal = f"_window{len(outputs)}"
-        outputs.append((internal, window_functions.deterministic(w, node.columns)))
+        outputs.append((internal, deterministic(w, node.columns)))
         scope.aliases.setdefault(COMPUTED, {})[internal] = internal
         items[i] = (name, exp.column(internal, table=COMPUTED))
     return Windowed(node, partition or (), tuple(outputs)), items
+
+
+_IN_ORDER = (exp.RowNumber, exp.Ntile, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue,
+             exp.NthValue)
+
+
+def deterministic(window: exp.Window, columns: dict[str, str]) -> exp.Window:
+    """``window`` with ties ordered by every orderable column of ``columns`` when its
+    function depends on the order within ties."""
+    spec = window.args.get("spec")
+    rows_frame = spec is not None and str(spec.args.get("kind", "")).upper() == "ROWS"
+    if not (isinstance(window.this, _IN_ORDER) or rows_frame):
+        return window
+    out = window.copy()
+    order = out.args.get("order") or exp.Order(expressions=[])
+    ties = [exp.Ordered(this=col(c), desc=False, nulls_first=True)
+            for c, t in columns.items() if "map<" not in t]
+    order.set("expressions", [*order.expressions, *ties])
+    out.set("order", order)
+    return out

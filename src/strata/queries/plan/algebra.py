@@ -26,8 +26,8 @@ from functools import cached_property
 
 from sqlglot import exp
 
-from strata.queries.errors import QueryError
-from strata.queries.expressions import (
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import (
     MULT,
     Expr,
     and_all,
@@ -40,7 +40,7 @@ from strata.queries.expressions import (
     widest,
     window_type,
 )
-from strata.queries.monoids import AggCall
+from strata.queries.plan.monoids import AggCall, monoid
 
 
 class Node:
@@ -271,8 +271,6 @@ class GroupBy(Node):
     answer_types: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        from strata.queries.monoids import monoid
-
         scope = {n: type_of(e, self.child.columns) for n, e in self.keys}
         for i, a in enumerate(self.aggs):
             scope[f"_a{i}"] = monoid(a, f"_p{i}", self.child.columns,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 import sqlglot
 from sqlglot import exp
 
-from strata.queries.errors import QueryError
+from strata.queries.plan.errors import QueryError
 
 Expr = exp.Expr  # every sqlglot node (its parser returns Expr, the base of Expression)
 MULT = "_mult"  # the multiplicity column: +n inserts, -n deletes (absent means +1)

@@ -21,14 +21,14 @@
   parts into answers. Its changes retract the old answer row and insert the new one.
 
 The result is an :class:`IncrementalQuery`, which ``explain()`` prints and
-:mod:`strata.queries.evaluator` runs on Spark.
+:mod:`strata.queries.spark.evaluator` runs on Spark.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from strata.queries.algebra import (
+from strata.queries.plan.algebra import (
     Explode,
     GroupBy,
     Join,
@@ -41,9 +41,9 @@ from strata.queries.algebra import (
     Windowed,
     normalize,
 )
-from strata.queries.errors import NotIncrementalError
-from strata.queries.expressions import bind, to_sql
-from strata.queries.monoids import COUNT_PART, Monoid, Part, monoid
+from strata.queries.plan.errors import NotIncrementalError
+from strata.queries.plan.expressions import bind, to_sql
+from strata.queries.plan.monoids import COUNT_PART, Monoid, Part, monoid
 
 
 @dataclass

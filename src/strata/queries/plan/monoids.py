@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.expressions import MULT, Expr, bind, to_sql, type_of
+from strata.queries.plan.errors import NotIncrementalError, QueryError
+from strata.queries.plan.expressions import MULT, Expr, bind, to_sql, type_of
 
 
 @dataclass(frozen=True)

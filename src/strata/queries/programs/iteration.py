@@ -35,18 +35,18 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from strata.queries import arrow_step, driver_rows
-from strata.queries.algebra import GroupBy, Map, Query, Scan
-from strata.queries.api import Relation
-from strata.queries.errors import NotIncrementalError, QueryError
-from strata.queries.evaluator import EvalMode, Evaluator
-from strata.queries.expressions import MULT, widest
-from strata.queries.frames import cut
-from strata.queries.incremental import IncrementalQuery, derive
-from strata.queries.program import QueryProgram, output_ddl
-from strata.queries.rows import Rows
-from strata.queries.sql import parse_sql
-from strata.queries.tables import QueryTables
+from strata.queries.arrow import arrow_step, driver_rows
+from strata.queries.arrow.rows import Rows
+from strata.queries.front.api import Relation
+from strata.queries.front.sql import parse_sql
+from strata.queries.plan.algebra import GroupBy, Map, Query, Scan
+from strata.queries.plan.errors import NotIncrementalError, QueryError
+from strata.queries.plan.expressions import MULT, widest
+from strata.queries.plan.incremental import IncrementalQuery, derive
+from strata.queries.programs.program import QueryProgram, output_ddl
+from strata.queries.spark.evaluator import EvalMode, Evaluator
+from strata.queries.spark.frames import cut
+from strata.queries.spark.tables import QueryTables
 
 log = logging.getLogger(__name__)
 ITERATE = "iterate"  # the table holding the iterate's current value

@@ -1,7 +1,7 @@
 """The program of query stages: one epoch of an incremental query as DataFrame plans.
 
 :class:`QueryProgram` implements the stage-program contract (``physical/program.py``):
-``run`` evaluates the epoch's changes with an :class:`~strata.queries.evaluator.Evaluator`,
+``run`` evaluates the epoch's changes with an :class:`~strata.queries.spark.evaluator.Evaluator`,
 writes the changed tables into staging and the changes as the output increment, moves the
 staged files into place and describes the new tables; the runner commits the manifest.
 The committed state is read back (``read_state``, ``read_answer``) from files alone.
@@ -17,17 +17,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from strata.model.errors import StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
-from strata.queries import dispatch
-from strata.queries.algebra import GroupBy
-from strata.queries.evaluator import EvalMode, Evaluator
-from strata.queries.expressions import MULT
-from strata.queries.frames import run_all, struct_type, write_parquet
-from strata.queries.incremental import IncrementalQuery
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
+from strata.queries.arrow.rows import Rows
+from strata.queries.plan.algebra import GroupBy
+from strata.queries.plan.expressions import MULT
+from strata.queries.plan.incremental import IncrementalQuery
+from strata.queries.spark import dispatch
+from strata.queries.spark.evaluator import EvalMode, Evaluator
+from strata.queries.spark.frames import run_all, struct_type, write_parquet
+from strata.queries.spark.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, read_records, write_table
@@ -129,8 +130,6 @@ class QueryProgram(StageProgram):
 
     @classmethod
     def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
-        from strata.queries.stage import read_answer
-
         return read_answer(snap)
 
     @classmethod
@@ -211,6 +210,34 @@ def output_ddl(columns: Mapping[str, str]) -> str:
     """The DDL of a query's output flow: its columns and the multiplicity."""
     return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
 
+
+def read_answer(snap: StateSnapshot) -> pa.Table:
+    """A compiled query's current answer from its committed state (no Spark needed)."""
+    spec = snap.state.get("answer") if snap.kind == "query" else None
+    if not spec:
+        raise StrataError(f"stage {snap.stage!r} is not a query, or has not run yet")
+    cols = spec["columns"]
+    schema = pa.schema([parse_ddl(spec["ddl"]).field(c) for c in cols])
+    rows = read_records(snap.state["tables"].get(spec["table"], {}).get("files", []))
+    if spec["grouped"]:
+        rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
+    else:  # an accumulated bag of changes: net each row's multiplicity
+        net: dict[tuple, int] = {}
+        for r in rows:
+            k = tuple(_hashable(r[c]) for c in cols)
+            net[k] = net.get(k, 0) + r[MULT]
+        rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
+    if spec["total"] and not rows:  # a total aggregate over no rows
+        rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
+    return ordered(pa.Table.from_pylist(rows, schema=schema), spec["order_by"], spec["limit"])
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
 
 
 def _tables_of(snap: StateSnapshot) -> dict[str, dict]:

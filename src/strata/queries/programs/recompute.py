@@ -14,13 +14,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from strata.queries.evaluator import Evaluator
-from strata.queries.expressions import MULT
-from strata.queries.incremental import scanned
-from strata.queries.program import ANSWER, QueryProgram
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
-from strata.queries.window_functions import netted
+from strata.queries.arrow.rows import Rows
+from strata.queries.plan.expressions import MULT
+from strata.queries.plan.incremental import scanned
+from strata.queries.programs.program import ANSWER, QueryProgram
+from strata.queries.spark.evaluator import Evaluator
+from strata.queries.spark.tables import QueryTables
+from strata.queries.spark.window_functions import netted
 
 INPUT = "input_{}"  # the table of one input flow's rows so far
 

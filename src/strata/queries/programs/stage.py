@@ -1,13 +1,13 @@
-"""A query as a stage of a strata dataflow, and reading its answer.
+"""A query as a stage of a strata dataflow.
 
-:func:`add_query` compiles a query (SQL text, a :class:`~strata.queries.api.Relation`
-or an algebra :class:`~strata.queries.algebra.Query`) into a stage whose epochs run as
+:func:`add_query` compiles a query (SQL text, a :class:`~strata.queries.front.api.Relation`
+or an algebra :class:`~strata.queries.plan.algebra.Query`) into a stage whose epochs run as
 Spark DataFrame plans. The stage reads the flows the query scans and writes one flow
 (``NAME_changes`` unless ``output=`` says otherwise) carrying the *changes* of the
 answer: its columns plus ``_mult`` (+1 a row enters the answer, −1 it leaves), so a
 downstream query or stage sees deletes. The current answer is read with
-:func:`read_answer` (``Controller.answer``, ``strata show NAME``); ``ORDER BY`` and
-``LIMIT`` apply there, not to the changes.
+:func:`~strata.queries.programs.program.read_answer` (``Controller.answer``, ``strata show
+NAME``); ``ORDER BY`` and ``LIMIT`` apply there, not to the changes.
 """
 
 from __future__ import annotations
@@ -15,25 +15,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-import pyarrow as pa
-
 from strata.model.dataflow import Dataflow, Input, Stage
-from strata.model.errors import StrataError
 from strata.model.runnability import runnable_any
-from strata.model.schema import parse_ddl, to_ddl, type_ddl
-from strata.queries.algebra import Query
-from strata.queries.api import Relation
-from strata.queries.errors import NotIncrementalError
-from strata.queries.expressions import MULT
-from strata.queries.incremental import IncrementalQuery, derive
-from strata.queries.iteration import Iteration, IterationProgram, compile_iteration
-from strata.queries.monoids import UserAggregate
-from strata.queries.program import QueryProgram, ordered, output_ddl
-from strata.queries.recompute import RecomputeProgram
-from strata.queries.sql import parse_sql
-from strata.queries.vector_route import VectorQueryProgram, group_route
-from strata.storage.increments import read_records
-from strata.storage.manifest import StateSnapshot
+from strata.model.schema import to_ddl, type_ddl
+from strata.queries.front.api import Relation
+from strata.queries.front.sql import parse_sql
+from strata.queries.plan.algebra import Query
+from strata.queries.plan.errors import NotIncrementalError
+from strata.queries.plan.incremental import IncrementalQuery, derive
+from strata.queries.plan.monoids import UserAggregate
+from strata.queries.programs.iteration import Iteration, IterationProgram, compile_iteration
+from strata.queries.programs.program import QueryProgram, output_ddl
+from strata.queries.programs.recompute import RecomputeProgram
+from strata.queries.programs.vector_route import VectorQueryProgram, group_route
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +64,15 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
               output: str | None = None, allow_recompute: bool = False,
               vectorized: bool = True) -> Stage:
     """Add stage ``name`` that keeps ``query``'s answer up to date as its inputs change
-    (an :class:`~strata.queries.iteration.Iteration` keeps its iterate).
+    (an :class:`~strata.queries.programs.iteration.Iteration` keeps its iterate).
 
     ``keys`` declares unique keys of flows (``{"customers": ["id"]}``), which joins need;
     ``aggregates`` names user aggregates the SQL calls. Raises
-    :class:`~strata.queries.errors.QueryError` (or ``NotIncrementalError`` naming the
+    :class:`~strata.queries.plan.errors.QueryError` (or ``NotIncrementalError`` naming the
     blocking operator) when the query cannot be maintained, unless ``allow_recompute``
     lets such a query (a many-to-many join) be recomputed over all its input every
-    epoch (:mod:`strata.queries.recompute`). A group-by of one flow with built-in
-    aggregates runs on the vectorized route (:mod:`strata.queries.vector_route`; over a
+    epoch (:mod:`strata.queries.programs.recompute`). A group-by of one flow with built-in
+    aggregates runs on the vectorized route (:mod:`strata.queries.programs.vector_route`; over a
     flow with deletes, only counts, sums and averages) unless ``vectorized`` is False."""
     out = output or f"{name}_changes"
     program: QueryProgram | VectorQueryProgram
@@ -99,33 +93,3 @@ def add_query(df: Dataflow, name: str, query: str | Relation | Query | Iteration
             program = kind(inc, ddl, out, output_ddl(inc.root.columns))
     return df.stage(name, None, program=program, inputs=[Input(f) for f in scanned],
                     outputs={out: program.output_ddl}, runnable=runnable_any)
-
-
-def read_answer(snap: StateSnapshot) -> pa.Table:
-    """A compiled query's current answer from its committed state (no Spark needed)."""
-    spec = snap.state.get("answer") if snap.kind == "query" else None
-    if not spec:
-        raise StrataError(f"stage {snap.stage!r} is not a query, or has not run yet")
-    cols = spec["columns"]
-    schema = pa.schema([parse_ddl(spec["ddl"]).field(c) for c in cols])
-    rows = read_records(snap.state["tables"].get(spec["table"], {}).get("files", []))
-    if spec["grouped"]:
-        rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
-    else:  # an accumulated bag of changes: net each row's multiplicity
-        net: dict[tuple, int] = {}
-        for r in rows:
-            k = tuple(_hashable(r[c]) for c in cols)
-            net[k] = net.get(k, 0) + r[MULT]
-        rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
-    if spec["total"] and not rows:  # a total aggregate over no rows
-        rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
-    return ordered(pa.Table.from_pylist(rows, schema=schema), spec["order_by"], spec["limit"])
-
-
-def _hashable(v):
-    if isinstance(v, list):
-        return tuple(_hashable(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
-    return v
-

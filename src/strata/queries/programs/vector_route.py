@@ -1,6 +1,6 @@
 """Group-by queries on the vectorized route: state partitioned by group, never shuffled.
 
-The general plan of a group-by (:mod:`strata.queries.evaluator`) merges an increment into
+The general plan of a group-by (:mod:`strata.queries.spark.evaluator`) merges an increment into
 the whole state table with a full outer join and writes the table again: its epochs cost
 in proportion to the state. A group-by that
 
@@ -46,15 +46,16 @@ from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
 from strata.physical.vectorized import VectorizedProgram, VectorState
-from strata.queries import arrow_expr, dispatch
-from strata.queries.algebra import GroupBy
-from strata.queries.arrow_expr import ARROW_TYPES, Unsupported
-from strata.queries.arrow_lift import aggregate, outside, split_lift
-from strata.queries.errors import QueryError
-from strata.queries.evaluator import row_exprs
-from strata.queries.expressions import MULT, parse, to_sql, type_of
-from strata.queries.incremental import IncrementalQuery
-from strata.queries.program import ordered
+from strata.queries.arrow import arrow_expr
+from strata.queries.arrow.arrow_expr import ARROW_TYPES, Unsupported
+from strata.queries.arrow.arrow_lift import aggregate, outside, split_lift
+from strata.queries.plan.algebra import GroupBy
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import MULT, parse, to_sql, type_of
+from strata.queries.plan.incremental import IncrementalQuery
+from strata.queries.programs.program import ordered
+from strata.queries.spark import dispatch
+from strata.queries.spark.evaluator import row_exprs
 from strata.storage.home import StageLayout
 from strata.storage.increments import read_table
 from strata.storage.manifest import StateSnapshot
@@ -354,7 +355,7 @@ class VectorQueryProgram(VectorizedProgram):
     def _arrow_lifted_rows(self, files: list[str], args: list[str]) -> pa.Table | None:
         """What Spark reads and projects for an epoch in the driver (keys and the lifted
         values ``__a<i>``; not ``__p``), computed here with no Spark job: pyarrow reads the
-        increment and :mod:`~strata.queries.arrow_expr` evaluates the route's
+        increment and :mod:`~strata.queries.arrow.arrow_expr` evaluates the route's
         expressions. None when something is outside what it does (Spark does it all
         then)."""
         route = self.route

@@ -8,14 +8,14 @@ driver (:func:`driver_rows`, :func:`driver_table_rows`, :func:`held_segment_rows
 The limits are session confs declared in :mod:`strata.config` (docs/configuration.md);
 the physical layer's own programs (translate, vectorized) bound their driver epochs
 with :mod:`strata.physical.small_epochs`, which this module uses for the same epoch
-limit. What is decided here travels as :class:`~strata.queries.rows.Rows`: held rows
+limit. What is decided here travels as :class:`~strata.queries.arrow.rows.Rows`: held rows
 or a Spark DataFrame, each operator trying Arrow on held rows first.
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -24,14 +24,18 @@ from strata.physical.program import EpochContext
 from strata.physical.small_epochs import conf_of, driver_epoch_rows
 from strata.physical.vectorized import arrow_enabled
 
-if TYPE_CHECKING:
-    from strata.queries.tables import QueryTables
-
 T = TypeVar("T")
 
 
+class Tables(Protocol):
+    """What choosing an epoch's path asks of its state tables (a
+    :class:`~strata.queries.spark.tables.QueryTables`)."""
+
+    def small(self, limit: int) -> bool: ...
+
+
 class EvalMode(Enum):
-    """How an :class:`~strata.queries.evaluator.Evaluator` merges changes into state."""
+    """How an :class:`~strata.queries.spark.evaluator.Evaluator` merges changes into state."""
 
     EPOCH = "epoch"
     """One pass: a group-by merges its changes with its whole state (a full outer join),
@@ -80,7 +84,7 @@ def held_segment_rows(ctx: EpochContext) -> int:
     return _conf(ctx, config.HELD_SEGMENT_ROWS)
 
 
-def epoch_mode(ctx: EpochContext, tables: QueryTables, mode: EvalMode,
+def epoch_mode(ctx: EpochContext, tables: Tables, mode: EvalMode,
                driver_epochs: bool) -> EvalMode:
     """How a query epoch is evaluated: in the driver (:attr:`EvalMode.DRIVER`) when the
     program allows it (``driver_epochs``, in :attr:`EvalMode.EPOCH` ``mode``), Arrow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -18,21 +18,47 @@ from pyspark.sql.types import LongType, StructField, StructType
 from sqlglot import exp
 
 from strata.model.errors import StrataError
-from strata.queries import arrow_step, dispatch, driver_rows, explode, outer_join, window_functions
-from strata.queries.algebra import Explode, GroupBy, Join, Map, Nearest, Node, Scan, Union, Windowed
-from strata.queries.dispatch import EvalMode
-from strata.queries.errors import QueryError
-from strata.queries.expressions import MULT, bind, substitute, to_sql, widest
-from strata.queries.frames import cut, empty_frame, local_rows, spark_type, struct_type
-from strata.queries.incremental import GroupPlan, JoinPlan, answer_scope, scanned
-from strata.queries.rows import Rows
-from strata.queries.tables import QueryTables
+from strata.queries.arrow import arrow_step, driver_rows
+from strata.queries.arrow.rows import Rows, spark_type
+from strata.queries.plan.algebra import (
+    Explode,
+    GroupBy,
+    Join,
+    Map,
+    Nearest,
+    Node,
+    Scan,
+    Union,
+    Windowed,
+)
+from strata.queries.plan.errors import QueryError
+from strata.queries.plan.expressions import MULT, bind, substitute, to_sql, widest
+from strata.queries.plan.incremental import (
+    GroupPlan,
+    IncrementalQuery,
+    JoinPlan,
+    answer_scope,
+    scanned,
+)
+from strata.queries.spark import dispatch, explode, outer_join, window_functions
+from strata.queries.spark.dispatch import EvalMode
+from strata.queries.spark.frames import cut, empty_frame, local_rows, struct_type
+from strata.queries.spark.tables import QueryTables
 from strata.storage.increments import Increment, read_table
 
-if TYPE_CHECKING:
-    from strata.queries.program import QueryProgram
-
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
+
+
+class CompiledQuery(Protocol):
+    """What the evaluator reads of the program whose epoch it runs (a
+    :class:`~strata.queries.programs.program.QueryProgram`): the incremental plan and the
+    DDL of each input flow."""
+
+    @property
+    def inc(self) -> IncrementalQuery: ...
+
+    @property
+    def flow_ddl(self) -> Mapping[str, str]: ...
 
 
 class Evaluator:
@@ -41,7 +67,7 @@ class Evaluator:
     ``frames`` gives flows' changes directly (instead of reading the epoch's increments);
     ``whole`` names, per flow, the keyed table that holds all its rows (an iterate)."""
 
-    def __init__(self, program: QueryProgram, spark: SparkSession, tables: QueryTables,
+    def __init__(self, program: CompiledQuery, spark: SparkSession, tables: QueryTables,
                  inputs: Mapping[str, Increment | Sequence[Increment]], *,
                  mode: EvalMode = EvalMode.EPOCH,
                  frames: Mapping[str, DataFrame | Rows] | None = None,
@@ -201,7 +227,7 @@ class Evaluator:
     def materialize(self, df: DataFrame) -> DataFrame:
         """``df``, computed once when first used. A diffusion leaves it as it is: what one
         step passes to the next is cut from its plan by :meth:`QueryTables.upsert` and
-        :func:`~strata.queries.frames.cut` (many cached plans would slow down the planning
+        :func:`~strata.queries.spark.frames.cut` (many cached plans would slow down the planning
         of every step, as Spark compares each plan with every cached one)."""
         return df if self._deferred else self.cache(df)
 

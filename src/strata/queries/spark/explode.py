@@ -2,7 +2,7 @@
 
 An explode keeps no state: the changes of its output are its input's changes, each
 repeated per element with its ``_mult`` (README, "A query"). Rows the
-driver holds (:mod:`strata.queries.driver_rows`) are exploded in Arrow when the array is
+driver holds (:mod:`strata.queries.arrow.driver_rows`) are exploded in Arrow when the array is
 a column; any other array expression (``split(text, ' ')``) runs as Spark's ``explode``.
 """
 
@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 from sqlglot import exp
 
-from strata.queries.algebra import Explode
-from strata.queries.expressions import MULT, to_sql
-from strata.queries.rows import Rows
+from strata.queries.arrow.rows import Rows
+from strata.queries.plan.algebra import Explode
+from strata.queries.plan.expressions import MULT, to_sql
 
 
 def spark_rows(node: Explode, d: DataFrame) -> DataFrame:

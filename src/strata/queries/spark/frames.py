@@ -8,27 +8,20 @@ less fixed work per write (:func:`write_parquet`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructType, _parse_datatype_string
+from pyspark.sql.types import StructType
 
 from strata.physical.session import is_connect
-from strata.queries import dispatch, driver_rows
-from strata.queries.rows import Rows
+from strata.queries.arrow import driver_rows
+from strata.queries.arrow.rows import Rows, spark_type
+from strata.queries.spark import dispatch
 from strata.storage import fs
 
 WRITE_THREADS = 4  # an epoch's writes run as this many concurrent Spark jobs at most
-
-
-@functools.lru_cache(maxsize=1024)
-def spark_type(sql_type: str) -> DataType:
-    """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields), parsed once
-    (Spark parses it in the JVM; a step asks for a table's schema every time)."""
-    return _parse_datatype_string(sql_type)
 
 
 def struct_type(ddl: str) -> StructType:

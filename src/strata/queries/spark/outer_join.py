@@ -1,7 +1,7 @@
 """A left join's NULL-padded rows: their changes in an epoch, as a Spark plan and in Arrow.
 
 The evaluator joins the epoch's changes with the stored inputs as for an inner join
-(:mod:`strata.queries.evaluator`); a left join adds the changes of the left rows that
+(:mod:`strata.queries.spark.evaluator`); a left join adds the changes of the left rows that
 match no right row. For each join key the epoch touches, the net count of right rows
 before and after the epoch (deletes subtract) says whether the key's left rows gain
 their padding (the count falls to 0) or lose it (it rises from 0):
@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from strata.queries import driver_rows
-from strata.queries.algebra import Join
-from strata.queries.expressions import MULT
+from strata.queries.arrow import driver_rows
+from strata.queries.plan.algebra import Join
+from strata.queries.plan.expressions import MULT
 
 
 def padded(node: Join, dl: DataFrame, dr: DataFrame, unkeyed: DataFrame,

@@ -31,9 +31,10 @@ from pyspark.sql.types import StructField, StructType
 from strata.model.errors import StrataError
 from strata.physical import spark_hash
 from strata.physical.session import default_parallelism, is_connect
-from strata.queries import dispatch, driver_rows, frames
-from strata.queries.frames import cut, ddl_of, write_parquet
-from strata.queries.rows import Rows
+from strata.queries.arrow import driver_rows
+from strata.queries.arrow.rows import Rows
+from strata.queries.spark import dispatch, frames
+from strata.queries.spark.frames import cut, ddl_of, write_parquet
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import FILE_CACHE, read_table, row_count, write_table

@@ -1,5 +1,5 @@
-"""Window functions (``f(…) OVER (PARTITION BY … ORDER BY …)``): their SQL made
-deterministic, and their changes in an epoch as Spark plans.
+"""Window functions (``f(…) OVER (PARTITION BY … ORDER BY …)``): their changes in an
+epoch as Spark plans.
 
 A window function's value for a row depends on the other rows of its partition, so a
 new row can change the values of every row of its partition. The operator keeps its
@@ -13,44 +13,36 @@ epoch reads all of it). A row present ``k`` times counts as ``k`` rows.
 Retracting exactly what an earlier epoch emitted needs the same values from the same
 rows every time, so functions that number rows in order (``row_number``, ``lag``, …, a
 ``ROWS`` frame) order ties by every column of the row after the query's own order:
-rows equal in every column are interchangeable.
+rows equal in every column are interchangeable (the SQL front end adds that order,
+:func:`strata.queries.front.sql_rows.deterministic`).
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from sqlglot import exp
 
-from strata.queries.algebra import Windowed
-from strata.queries.expressions import MULT, col, to_sql
+from strata.queries.plan.algebra import Windowed
+from strata.queries.plan.expressions import MULT, to_sql
 
 if TYPE_CHECKING:
-    from strata.queries.evaluator import Evaluator
-    from strata.queries.incremental import WindowPlan
-
-_IN_ORDER = (exp.RowNumber, exp.Ntile, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue,
-             exp.NthValue)
+    from strata.queries.plan.incremental import WindowPlan
+    from strata.queries.spark.tables import QueryTables
 
 
-def deterministic(window: exp.Window, columns: dict[str, str]) -> exp.Window:
-    """``window`` with ties ordered by every orderable column of ``columns`` when its
-    function depends on the order within ties."""
-    spec = window.args.get("spec")
-    rows_frame = spec is not None and str(spec.args.get("kind", "")).upper() == "ROWS"
-    if not (isinstance(window.this, _IN_ORDER) or rows_frame):
-        return window
-    out = window.copy()
-    order = out.args.get("order") or exp.Order(expressions=[])
-    ties = [exp.Ordered(this=col(c), desc=False, nulls_first=True)
-            for c, t in columns.items() if "map<" not in t]
-    order.set("expressions", [*order.expressions, *ties])
-    out.set("order", order)
-    return out
+class Run(Protocol):
+    """What a window's changes need of the epoch's evaluator (an
+    :class:`~strata.queries.spark.evaluator.Evaluator`): its tables, and computing a plan
+    once."""
+
+    @property
+    def tables(self) -> QueryTables: ...
+
+    def materialize(self, df: DataFrame) -> DataFrame: ...
 
 
 def over_rows(node: Windowed, rows: DataFrame) -> DataFrame:
@@ -75,7 +67,7 @@ def _windowed(node: Windowed, rows: DataFrame, sign: int) -> DataFrame:
     return over_rows(node, copies).withColumn(MULT, F.lit(sign).cast("bigint"))
 
 
-def changes(run: Evaluator, plan: WindowPlan, delta: DataFrame) -> DataFrame:
+def changes(run: Run, plan: WindowPlan, delta: DataFrame) -> DataFrame:
     """The changes of window operator ``plan`` given its input's changes ``delta``;
     stages ``delta`` into its table."""
     node, tables = plan.node, run.tables
