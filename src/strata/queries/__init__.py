@@ -11,6 +11,7 @@ The subpackages, one job each, import downward only (docs/architecture.md, "Laye
 program), with ``front`` (SQL and the Python API) over ``plan`` alone.
 """
 
+from strata.queries import moved
 from strata.queries.front import Relation, parse_sql, table
 from strata.queries.plan import (
     GroupBy,
@@ -26,6 +27,8 @@ from strata.queries.plan import (
     normalize,
 )
 from strata.queries.programs import Iteration, add_query, compile_query, iterate, read_answer
+
+moved.install()  # the module paths before the split, which older homes name
 
 __all__ = [
     "GroupBy", "IncrementalQuery", "Iteration", "Join", "Map", "NotIncrementalError", "Query",
