@@ -7,8 +7,11 @@ The import layers themselves are checked by ``lint-imports`` (contracts in
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
+
+import networkx as nx
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "strata"
 HOME_MODULE = SRC / "storage" / "home.py"
@@ -136,3 +139,108 @@ def test_the_function_size_check_finds_a_long_function(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("@decorated\ndef f():\n" + "    x = 1\n" * 5 + "\ndef g():\n    pass\n")
     assert _long_functions(sample, limit=6) == ["sample.py:2 f (7 lines)"]
+
+
+QUERIES = SRC / "queries"
+
+
+def _module_of(path: Path, root: Path = SRC.parent) -> str:
+    """The dotted name of module ``path`` on import path ``root``; a package is its
+    ``__init__``."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.AST, here: str, modules: set[str]) -> list[str]:
+    """What import ``node`` of a module of package ``here`` names: ``from P import name``
+    is module ``P.name`` when there is one, else ``P`` (a package: its ``__init__``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: from the module's package, up level - 1 packages
+        anchor = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+        base = f"{anchor}.{base}" if base else anchor
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+
+
+def import_graph(package: Path, root: Path = SRC.parent) -> nx.DiGraph:
+    """Module → the modules of ``package`` (a directory on import path ``root``) it
+    imports, wherever the import is: at the top, in a function, under ``if
+    TYPE_CHECKING:``. Names under the package that are no module of it are kept in
+    ``graph.graph["unresolved"]``."""
+    files = {_module_of(p, root): p for p in sorted(package.rglob("*.py"))}
+    prefix = _module_of(package / "__init__.py", root) + "."
+    graph = nx.DiGraph(unresolved=[])
+    graph.add_nodes_from(files)
+    for name, path in files.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            for target in _imported(node, here, set(files)):
+                if target in files:
+                    graph.add_edge(name, target)
+                elif target.startswith(prefix):
+                    graph.graph["unresolved"].append(f"{name}: {target}")
+    return graph
+
+
+def _cycles(graph: nx.DiGraph, most: int = 5) -> list[str]:
+    return [" -> ".join([*c, c[0]]) for c in itertools.islice(nx.simple_cycles(graph), most)]
+
+
+def test_the_query_layer_has_no_import_cycle():
+    """Not even through a deferred import or a package's ``__init__``: a module inside a
+    subpackage imports its siblings' modules, and only users outside the layer import a
+    subpackage's surface (docs/architecture.md, "Layers")."""
+    graph = import_graph(QUERIES)
+    assert not graph.graph["unresolved"], graph.graph["unresolved"]
+    assert "strata.queries.plan.algebra" in graph["strata.queries.spark.evaluator"]
+    assert not _cycles(graph), "import cycles:\n" + "\n".join(_cycles(graph))
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_package_init(tmp_path):
+    sub = tmp_path / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    (sub.parent / "__init__.py").write_text("")
+    (sub / "__init__.py").write_text("from pkg.sub.a import f\n")  # the surface
+    (sub / "a.py").write_text("def f():\n    from . import b\n")  # deferred, relative
+    (sub / "b.py").write_text("from pkg.sub import f\nfrom pkg.old import g\n")
+    graph = import_graph(sub.parent, tmp_path)
+    assert [sorted(c) for c in nx.simple_cycles(graph)] == [["pkg.sub", "pkg.sub.a", "pkg.sub.b"]]
+    assert graph.graph["unresolved"] == ["pkg.sub.b: pkg.old"]
+
+
+def _surface(package: Path) -> set[str]:
+    """The names ``package``'s ``__init__`` declares in ``__all__``."""
+    for node in ast.parse((package / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_other_packages_import_the_query_layer_by_its_surfaces():
+    """``strata.queries`` or a subpackage (``strata.queries.spark``), and only the names
+    its ``__all__`` declares; never a module inside a subpackage."""
+    surfaces = {_module_of(p): _surface(p.parent) for p in QUERIES.glob("*/__init__.py")}
+    surfaces["strata.queries"] = _surface(QUERIES)
+    offenders = []
+    for path in _python_files():
+        if QUERIES in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [(node.module or "", a.name) for a in node.names]
+            else:
+                continue
+            for module, name in names:
+                if not (module + ".").startswith("strata.queries."):
+                    continue
+                if module not in surfaces or (name is not None and name not in surfaces[module]):
+                    offenders.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: "
+                                     f"{module} {name or ''}".rstrip())
+    assert surfaces["strata.queries.spark"] and surfaces["strata.queries.plan"]
+    assert not offenders, "import the query layer's surfaces:\n" + "\n".join(offenders)
