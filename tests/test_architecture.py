@@ -244,3 +244,20 @@ def test_other_packages_import_the_query_layer_by_its_surfaces():
                                      f"{module} {name or ''}".rstrip())
     assert surfaces["strata.queries.spark"] and surfaces["strata.queries.plan"]
     assert not offenders, "import the query layer's surfaces:\n" + "\n".join(offenders)
+
+
+def test_nothing_names_a_query_module_at_its_path_before_the_split():
+    """Only ``strata.queries.moved`` (which maps them) and its test name the old paths."""
+    from strata.queries.moved import MOVED
+
+    old = "|".join(sorted((m.rpartition(".")[2] for m in MOVED), key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.])(?:strata\.)?queries[./](?:{old})\b")
+    root = SRC.parents[1]
+    allowed = {SRC / "queries" / "moved.py", root / "tests" / "queries" / "test_old_paths.py"}
+    texts = [*root.glob("*.md"), *(root / "docs").glob("*.md"),
+             *(p for d in ("src", "tests", "benchmarks", "examples")
+               for p in (root / d).rglob("*.py"))]
+    offenders = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in sorted(texts)
+                 if p not in allowed
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, "name the new module paths:\n" + "\n".join(offenders)
