@@ -207,11 +207,11 @@ def test_a_multi_module_pipeline_ships_its_code_to_the_workers(cluster, tmp_path
 
 
 def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
-                            files: list[tuple[str, Path]], setup: tuple = ()
+                            files: list[tuple[str, Path]], setup: tuple = (), first: int = 1
                             ) -> dict[str, Path]:
     """Two homes, ``cluster`` and ``local``: register ``pipeline`` in each (then the CLI
-    command ``setup``, if any), ingest the first ``(flow, file)`` and run, then ingest the
-    rest and run again (an epoch per file; the second run starts from the first's stored
+    command ``setup``, if any), ingest the ``first`` ``(flow, file)`` pairs and run, then
+    ingest the rest and run again (an epoch per file; the second run starts from the first's stored
     state), on the cluster (`strata run` given ``TASKS``) or in local mode. Two cluster
     runs, not one per file: each starts a driver and executors. Returns the homes."""
     homes = {"cluster": tmp_path / "cluster", "local": tmp_path / "local"}
@@ -219,7 +219,7 @@ def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
         local("run", pipeline, "--home", home)
         if setup:
             local(*setup, "--home", home)
-        for batch in (files[:1], files[1:]):
+        for batch in (files[:first], files[first:]):
             for flow, path in batch:
                 local("ingest", flow, path, "--home", home)
             if where == "local":
@@ -229,40 +229,38 @@ def run_here_and_on_cluster(cluster, pipeline: Path, tmp_path: Path,
     return homes
 
 
-def test_a_window_query_on_the_cluster_equals_local(cluster, tmp_path):
-    """A window query (SQL with WINDOW) and its C2 flow: increments with late and
-    held-back records, run on the cluster and in local mode, epoch by epoch."""
+def test_a_window_query_and_a_vectorized_stage_on_the_cluster_equal_local(cluster, tmp_path):
+    """One pipeline, two kinds of stage, run on the cluster and in local mode, epoch by
+    epoch (one home: each cluster run starts a driver and executors):
+
+    - a vectorized stage (its function in the pipeline file, shipped by value; the epoch
+      a DataFrame job with mapInArrow) over the sample days: the same counts per epoch and
+      the same columnar state;
+    - a window query (SQL with WINDOW) and its C2 flow over increments with late and
+      held-back records.
+
+    On the cluster the epochs run as tasks on the workers; locally (small) in the driver."""
     import random
 
     from tests.windows.weblog import DDL, SQL, increments, write
 
-    pipeline = tmp_path / "weblog.py"
-    pipeline.write_text("from strata import Dataflow\n\ndataflow = Dataflow('weblog')\n"
-                        f"dataflow.source('log', {DDL!r})\n")
+    pipeline = tmp_path / "two_kinds.py"
+    pipeline.write_text((HERE.parent / "pipelines" / "vectorized_pipeline.py").read_text()
+                        + f"dataflow.source('log', {DDL!r})\n")
     windowed = SQL.replace("GROUP BY url", "GROUP BY url, WINDOW(ts, 6, 2, host)")
     raw = increments(random.Random(31), 3, epochs=3, span=6)
+    days = sorted(SAMPLE.glob("day-*.jsonl"))
+    logs = [write(tmp_path, batch) for batch in raw]
     homes = run_here_and_on_cluster(
-        cluster, pipeline, tmp_path, [("log", write(tmp_path, batch)) for batch in raw],
+        cluster, pipeline, tmp_path,
+        [("urls", days[0]), ("log", logs[0]), *(("urls", d) for d in days[1:]),
+         *(("log", f) for f in logs[1:])], first=2,
         setup=("window", "add", "w", windowed, "--deadline", "0", "--lateness", "6"))
-    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {"w": len(raw)}
-    for flow in ("w_windows", "w_c2"):
-        got = records(homes["cluster"], flow)
-        assert got and got == records(homes["local"], flow), flow
-
-
-def test_a_vectorized_stage_on_the_cluster_equals_local(cluster, tmp_path):
-    """A vectorized stage (its function in the pipeline file, shipped by value; the epoch
-    a DataFrame job with mapInArrow) over the sample days, on the cluster and in local
-    mode: the same counts per epoch and the same columnar state. On the cluster the
-    epochs run as tasks on the workers; locally (small epochs) in the driver."""
-    pipeline = HERE.parent / "pipelines" / "vectorized_pipeline.py"
-    homes = run_here_and_on_cluster(
-        cluster, pipeline, tmp_path, [("urls", d) for d in sorted(SAMPLE.glob("day-*.jsonl"))])
-    days = len(list(SAMPLE.glob("day-*.jsonl")))
-    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {"count": days}
-    for target in ("counts", "count.state"):
+    assert epochs_of(homes["cluster"]) == epochs_of(homes["local"]) == {
+        "count": len(days), "w": len(raw)}
+    for target in ("w_windows", "w_c2", "counts", "count.state"):
         got = records(homes["cluster"], target)
         assert got and got == records(homes["local"], target), target
-    expected = Counter(json.loads(line)["url"] for day in SAMPLE.glob("day-*.jsonl")
+    expected = Counter(json.loads(line)["url"] for day in days
                        for line in day.read_text().splitlines() if line.strip())
     assert {r["url"]: r["count"] for r in records(homes["cluster"], "count.state")} == expected

@@ -155,14 +155,26 @@ def check_history(spark, home, history, shapes=SHAPES) -> None:
 
 
 _WHERE = itertools.cycle(["tasks", "driver", "driver-spark"])
+_SETTINGS = {"deadline": None, "derandomize": True, "phases": [Phase.generate],
+             "suppress_health_check": [HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow]}
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(history=histories())
+@settings(max_examples=3, **_SETTINGS)
+@given(history=histories(n_increments=2))
 def test_shapes_agree_with_duckdb(spark, tmp_path_factory, history):
-    """Every shape against DuckDB; the vectorized route's epochs run as Spark tasks and in
-    the driver in turn, example by example."""
+    """Every shape against DuckDB over two increments (the second deletes and updates rows
+    of the first); the epochs run as Spark tasks, in the driver and in the driver with
+    Spark's plans in turn, example by example."""
+    with epochs_in(spark, next(_WHERE)):
+        check_history(spark, tmp_path_factory.mktemp("shapes"), history)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, **_SETTINGS)
+@given(history=histories(n_increments=4))
+def test_shapes_agree_with_duckdb_over_longer_histories(spark, tmp_path_factory, history):
+    """The same over four increments, twice per place an epoch runs (``make test-slow``)."""
     with epochs_in(spark, next(_WHERE)):
         check_history(spark, tmp_path_factory.mktemp("shapes"), history)
 

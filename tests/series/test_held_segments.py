@@ -108,7 +108,7 @@ def _held(spark, table: pa.Table):
     return Rows.of_arrow(spark, table.cast(driver_rows.arrow_schema(schema)), schema)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(defs=st.lists(series(), min_size=1, max_size=3), seed=st.integers(0, 10_000))
 def test_random_series_in_arrow_equal_duckdb(spark, defs, seed):

@@ -58,7 +58,7 @@ def _frames(spark, seed):
         f"{c} {t}" for c, t in COLUMNS.items())) for t in tables]
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(defs=st.lists(series(), min_size=2, max_size=3), seed=st.integers(0, 10_000),
        pass_plan=st.sampled_from(["jumbo", "prefix", "reordered"]))

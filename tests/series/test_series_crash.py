@@ -12,6 +12,8 @@ re-emitted, equals DuckDB's over the corrected segments."""
 
 from __future__ import annotations
 
+import pytest
+
 from strata.controller import Controller
 from strata.series import series_stage_name
 from strata.series.answers import series_answer
@@ -25,12 +27,18 @@ from tests.series.clicklog import canon, duckdb_answer
 PIPELINE = "tests.recovery.series_pipeline"
 POINTS = ["series-after-views:2", "before-manifest:2", "between-manifest-and-current:2",
           "after-spark-commit:1", "series-after-corrected-views:1", "series-after-reemit:1"]
+# `make test` kills at the points only a series epoch has (the others are killed at in
+# every kind's tests/test_recovery.py); all of them in the slow tier
+SERIES_POINTS = [p for p in POINTS if p.startswith("series-")]
 
 
-def test_kill_9_inside_series_epochs(spark, tmp_path):
+@pytest.mark.parametrize("points", [
+    pytest.param(SERIES_POINTS, id="own-points"),
+    pytest.param(POINTS, id="all-points", marks=pytest.mark.slow)])
+def test_kill_9_inside_series_epochs(spark, tmp_path, points):
     home = tmp_path / "home"
     ingest_all(home, PIPELINE)
-    logs = kill_at_each(home, POINTS, PIPELINE)
+    logs = kill_at_each(home, points, PIPELINE)
     stage = series_stage_name("log")
     segments, corrected = series_pipeline.segments(), series_pipeline.corrected()
     with Controller(home, series_pipeline.build_dataflow(), spark=spark,
