@@ -106,9 +106,10 @@ class QueryProgram(StageProgram):
                             whole=self.whole_flows())
             try:
                 changes = self.evaluate(run)
+                done = self._write_small(changes, tables, out_dir, ctx.input_records)
                 write_out = functools.partial(self._write_output, changes, out_dir,
                                               _output_tasks(ctx.input_records, n))
-                run_all(spark, [*tables.writes(), write_out])
+                run_all(spark, [*tables.writes(), *([] if done else [write_out])])
             finally:
                 run.release()
         finally:
@@ -145,6 +146,28 @@ class QueryProgram(StageProgram):
                 if uri not in referenced:
                     fs.delete_quietly(uri)
         fs.delete_quietly(layout.staging_dir())
+
+    def _write_small(self, changes: Rows, tables: QueryTables, out_dir: str,
+                     records: int) -> bool:
+        """In an epoch of at most half ``spark.strata.query.driverRows`` input records
+        (its changes and appended rows then usually fit in the driver), bring the changes
+        and the small table writes to the driver in one Spark job and write them there
+        (:meth:`QueryTables.write_small`), instead of a job per table and one for the
+        changes; whether the changes were written. Changes the driver already holds are
+        written by :meth:`_write_output`, with no job."""
+        if 2 * records > dispatch.driver_rows(tables.spark):
+            return False
+        held = changes.arrow() is not None
+        extra = {} if held else {"out": changes.frame().selectExpr(*self._output_casts())}
+        got = tables.write_small(extra)
+        if got is None or held:
+            return False
+        try:
+            table = got["out"].cast(self._output_schema())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False  # a type Arrow does not cast to the declared one: Spark writes it
+        write_table(fs.join(out_dir, "part-00000.parquet"), table)
+        return True
 
     def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to

@@ -2,18 +2,23 @@
 
 Cutting a plan's lineage (:func:`cut`), recognising rows the driver already holds
 (:func:`local_rows`), empty relations Spark's optimizer can prune (:func:`empty_frame`),
-running an epoch's writes as concurrent jobs (:func:`run_all`) and writing Parquet with
+running an epoch's writes as concurrent jobs (:func:`run_all`), bringing several small
+DataFrames to the driver in one job (:func:`collect_together`) and writing Parquet with
 less fixed work per write (:func:`write_parquet`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from strata.physical.session import is_connect
 from strata.queries.arrow import driver_rows
@@ -140,6 +145,36 @@ def run_all(spark: SparkSession, writes: Sequence[Callable[[], None]]) -> None:
 
 
 _POOL: ThreadPoolExecutor | None = None
+
+
+def _nullable(schema: StructType) -> StructType:
+    """``schema`` with every field, nested ones too, nullable."""
+    return StructType([StructField(f.name, _nullable(f.dataType) if isinstance(
+        f.dataType, StructType) else f.dataType, True) for f in schema.fields])
+
+
+def collect_together(frames: Mapping[str, DataFrame], most: int) -> dict[str, pa.Table] | None:
+    """The rows of each of ``frames`` as Arrow tables, brought to the driver by one Spark
+    job instead of one job each: each frame's rows become a struct column of its own in
+    one union (the others' columns NULL there), tagged by the frame; None if together they
+    have more than ``most`` rows (then nothing is kept)."""
+    names = list(frames)
+    tagged = [df.select(F.lit(i).alias("_frame"), F.struct(
+        *[F.col(f"`{c}`") for c in df.columns]).alias(f"_f{i}"))
+              for i, df in enumerate(frames.values())]
+    union = functools.reduce(
+        lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+    # every field nullable: a frame's struct is NULL in the others' rows, and PySpark
+    # refuses NULLs under a field Spark declares non-nullable when it converts to Arrow
+    table = union.to(_nullable(union.schema)).coalesce(1).limit(most + 1).toArrow()
+    if table.num_rows > most:
+        return None
+    tag = table.column("_frame")
+    out = {}
+    for i, name in enumerate(names):
+        rows = table.filter(pc.equal(tag, i)).column(f"_f{i}").combine_chunks()
+        out[name] = pa.Table.from_struct_array(rows)
+    return out
 
 
 def write_parquet(df: DataFrame, path: str, partition_by: Sequence[str] = ()) -> None:

@@ -239,6 +239,41 @@ class QueryTables:
         """One function per staged table write; each writes its files into staging."""
         return [functools.partial(self._write, s) for s in self.staged if s.df is not None]
 
+    def write_small(self, extra: Mapping[str, DataFrame]) -> dict[str, pa.Table] | None:
+        """Write every staged table whose rows fit in the driver (appends and rewrites of
+        small tables, as :meth:`_write_small_bucketed` takes them) from one Spark job that
+        also brings ``extra``'s rows (the epoch's changes) to the driver; those rows, or
+        None if together they do not fit (then nothing is written: :meth:`writes` does it
+        table by table). Call it only when the epoch is small: a miss costs a job."""
+        todo: dict[str, _Staged] = {}
+        wanted: dict[str, DataFrame] = {}
+        for i, s in enumerate(self.staged):
+            if s.df is None or s.df.arrow() is not None or (
+                    s.lineage and s.mode != "append" and not self._small(s.name)):
+                continue
+            df = s.df.frame()
+            todo[f"_t{i}"] = s
+            wanted[f"_t{i}"] = (df.withColumn(BUCKET, bucket_of(s.lineage, self.n))
+                                if s.lineage else df)
+        wanted.update(extra)
+        if len(wanted) < 2:
+            return None
+        got = frames.collect_together(wanted, dispatch.driver_rows(self.spark))
+        if got is None:
+            return None
+        for key, s in todo.items():
+            table = got[key]
+            if s.lineage:
+                bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
+                s.files = _write_buckets(table, bucket, s.path)
+            else:
+                s.files = [fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet")
+                           ] if table.num_rows else []
+                for f in s.files:
+                    write_table(f, table)
+            s.rows, s.df = table.num_rows, None
+        return {k: got[k] for k in extra}
+
     def _write(self, s: _Staged) -> None:
         assert s.df is not None
         held = s.df.arrow()
