@@ -162,3 +162,35 @@ def test_a_deleted_join_row_leaves_the_answer(spark, tmp_path, where):
     rows = [x for x in r if x not in (r[0], r[4])]
     want = duckdb_answer(SHAPES["join_group_by"][0], {"R": rows, "D": [d[0], d[2]], "P": []})
     assert got == want
+
+
+def test_a_small_epoch_on_sparks_plans_writes_from_one_action(spark, tmp_path):
+    """With the epochs on Spark's plans (driver epochs off) but small, a join-group-by's
+    state tables and changes come to the driver from one Spark action: every job of an
+    epoch after the first is that action's (the call site of ``collect_together``); the
+    answer equals DuckDB's."""
+    df = Dataflow("one_action")
+    df.source("R", R_SCHEMA)
+    df.source("D", D_SCHEMA)
+    sql = "SELECT D.grp, sum(R.y) AS s, count(*) AS c FROM R JOIN D ON R.x = D.id GROUP BY D.grp"
+    add_query(df, "q", sql, keys={"D": ["id"]})
+    sc, tracker = spark.sparkContext, spark.sparkContext.statusTracker()
+    seen: dict[str, list[dict]] = defaultdict(list)
+    sites = []
+    with epochs_in(spark, "tasks"), Controller(str(tmp_path), df, spark=spark,
+                                               num_partitions=2) as c:
+        for e, inc in enumerate(history()):
+            for flow in ("R", "D"):
+                c.ingest(flow, inc[flow])
+                seen[flow] += inc[flow]
+            sc.setJobGroup(f"one-action-{e}", "epoch")
+            try:
+                c.run()
+            finally:
+                sc.setJobGroup("", "")
+            jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(f"one-action-{e}")]
+            sites.append({tracker.getStageInfo(s).name.split(" at ")[1].split(":")[0]
+                          for j in jobs if j for s in j.stageIds if tracker.getStageInfo(s)})
+        answer = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
+    assert answer == duckdb_answer(sql, seen)
+    assert all(s and {p.rsplit("/", 1)[-1] for p in s} == {"frames.py"} for s in sites[1:]), sites
