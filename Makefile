@@ -22,10 +22,20 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 # The oldest supported versions (constraints-oldest.txt) in their own venv, and a subset of the
-# suite there: one test file per kind of stage, the standalone cluster and Spark Connect.
-OLDEST_TESTS := tests/test_controller.py tests/test_vectorized.py tests/queries/test_ctes.py \
-  tests/series/test_series_stage.py tests/windows/test_window_stage.py tests/test_connect.py \
-  tests/cluster/test_cluster.py
+# suite there, a few minutes in CI (.ci/run; docs/testing.md, "The oldest versions"): the Arrow
+# and type conversions that differ between versions (no Spark), then one test per kind of stage
+# (translate, vectorized, query, series, window), a DataFrame's ingest, timestamps as keys,
+# Spark Connect and the standalone cluster.
+OLDEST_TESTS := tests/test_arrow_types.py tests/test_direct_columns.py tests/test_increments.py \
+  tests/test_controller.py::test_flows_read_as_arrow_pandas_and_spark \
+  tests/test_vectorized.py::test_a_key_of_two_columns_equals_the_reference \
+  'tests/queries/test_shapes.py::test_vectorized_route_changes_equal_the_general_plans[tasks]' \
+  tests/series/test_series_stage.py::test_set_operation_and_outer_join_series_equal_duckdb \
+  tests/windows/test_window_stage.py::test_random_windows_equal_duckdb_over_their_c2_cells \
+  tests/test_dataframes.py::test_widening_casts_are_applied \
+  tests/queries/test_time_keys.py::test_time_keys_in_a_query_and_a_series_equal_duckdb \
+  tests/test_connect.py::test_a_translate_stage_runs_over_spark_connect_like_on_classic_spark \
+  tests/cluster/test_cluster.py::test_urlcount_on_the_cluster_equals_local
 
 $(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
 	@scripts/setup_system.sh

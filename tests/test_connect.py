@@ -1,5 +1,5 @@
 """strata over Spark Connect: queries run end to end against a Connect server this test
-session starts (PySpark's own sbin/start-connect-server.sh), and agree with the same
+session starts (with PySpark's own sbin/spark-daemon.sh), and agree with the same
 runs on classic Spark and with DuckDB, and so do translate stages (the Arrow route),
 vectorized stages, window queries and series.
 
@@ -45,6 +45,9 @@ TASKS = ("--conf", "spark.strata.driverEpoch.maxRows=-1")  # vectorized epochs: 
 PAGERANK_PIPELINE = ROOT / "tests" / "pipelines" / "pagerank_query_pipeline.py"
 STRATA = str(Path(sys.executable).with_name("strata"))
 SBIN = Path(pyspark.__file__).parent / "sbin"
+# what Spark's sbin/start-connect-server.sh runs, which PySpark 4.0's wheel lacks
+# (docs/cli.md): spark-daemon.sh, in every PySpark, with the server's class
+SERVER = ("org.apache.spark.sql.connect.service.SparkConnectServer", "1")
 START_TIMEOUT_S = 90.0
 
 TOTALS = "SELECT x, count(*) AS c, sum(y) AS s FROM R GROUP BY x"  # in the pipeline file
@@ -116,13 +119,14 @@ class ConnectServer:
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """A Spark Connect server on 127.0.0.1 (a free port), started from PySpark's own
-    sbin script (it daemonizes: this returns while the server starts) and always
-    stopped (stop-connect-server.sh, same environment)."""
+    sbin/spark-daemon.sh (it daemonizes: this returns while the server starts) and always
+    stopped (spark-daemon.sh stop, same environment)."""
     port = _free_port()
     logs = tmp_path_factory.mktemp("connect-server")
-    env = _env(SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs),
+    env = _env(SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs), SPARK_CONNECT_MODE="0",
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    start = [str(SBIN / "start-connect-server.sh"), "--master", "local[2]",
+    start = [str(SBIN / "spark-daemon.sh"), "submit", *SERVER,
+             "--name", "Spark Connect server", "--master", "local[2]",
              "--driver-memory", "1g",
              "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
@@ -131,12 +135,12 @@ def connect_server(tmp_path_factory):
     try:
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
         assert started.returncode == 0, (
-            f"start-connect-server.sh failed ({started.returncode}): {started.stdout}"
+            f"spark-daemon.sh submit failed ({started.returncode}): {started.stdout}"
             f"{started.stderr}")
         yield ConnectServer(port, logs)
     finally:
-        subprocess.run([str(SBIN / "stop-connect-server.sh")], env=env, capture_output=True,
-                       timeout=60)
+        subprocess.run([str(SBIN / "spark-daemon.sh"), "stop", *SERVER], env=env,
+                       capture_output=True, timeout=60)
 
 
 @pytest.fixture

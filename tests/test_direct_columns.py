@@ -185,11 +185,20 @@ _MAP = pa.map_(pa.string(), pa.int64())
      {"m": {"a": 1}, "n": 3}),
     (pa.list_(pa.int64()), [1, 2], [1, 2]),
     (pa.struct([("x", pa.float64())]), {"x": 0.5}, {"x": 0.5}),
+    (pa.map_(pa.string(), _MAP), [("o", [("i", 5)]), ("p", None)], {"o": {"i": 5}, "p": None}),
+    (pa.list_(pa.struct([("m", _MAP)])), [{"m": None}, {"m": [("a", 1)]}],
+     [{"m": None}, {"m": {"a": 1}}]),
 ])
 def test_records_read_maps_as_dicts_at_any_depth(kind, cell, record):
     table = pa.table({"k": ["x"], "v": pa.array([cell], kind)})
     assert records_of(table) == [{"k": "x", "v": record}]
     assert records_of(table.to_batches()[0]) == [{"k": "x", "v": record}]
+
+
+def test_a_map_with_a_key_twice_is_refused():
+    table = pa.table({"v": pa.array([[("a", 1), ("a", 2)]], _MAP)})
+    with pytest.raises(KeyError, match="twice"):
+        records_of(table)
 
 
 def test_state_is_small_on_disk(tmp_path):
@@ -230,3 +239,19 @@ def test_machine_cache_drops_a_damaged_file(tmp_path):
         f.truncate(10)
     assert cache.get("a") is None
     assert cache.put("a", table) and cache.get("a") == table
+
+
+@pytest.mark.parametrize("chunks", [0, 1])
+def test_member_of_a_table_of_no_rows(chunks):
+    """A two-column membership test of no rows (no keys stored yet: a column of one empty
+    chunk, or of none) is an empty mask; is_in answers a ChunkedArray of no chunks there,
+    on which pyarrow 18's indices_nonzero segfaulted (docs/vectorized.md, "Columnar state
+    runs")."""
+    import pyarrow.compute as pc
+
+    t = pa.table({"k": pa.array([1, 2], pa.int64()), "s": ["a", "b"]})
+    none = t.schema.empty_table() if chunks else t.filter(pc.equal(t["k"], 99))
+    assert none["k"].num_chunks == chunks
+    assert columnar_runs.member(none, ["k", "s"], t).to_pylist() == []
+    assert columnar_runs.member(t, ["k", "s"], none).to_pylist() == [False, False]
+    assert columnar_runs.member(t, ["k", "s"], t.slice(1)).to_pylist() == [False, True]

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
 from strata.controller.ingest import checked_external_flow, staging_token
 from strata.controller.readers import IngestError
 from strata.faults import crashpoint
 from strata.model.schema import to_arrow_schema
+from strata.physical import arrow_types
 from strata.storage import fs
 from strata.storage.catalog import Catalog
 from strata.storage.home import Home
@@ -45,13 +45,13 @@ def fitted(df: DataFrame, schema: pa.Schema, flow: str) -> DataFrame:
         if field.name not in have:
             continue
         try:
-            got = to_arrow_type(have[field.name], timezone="UTC")
+            got = arrow_types.arrow_type(have[field.name])
         except (TypeError, NotImplementedError):
             got = None
         if got == field.type:
             columns.append(F.col(field.name))
         elif got is not None and (got, field.type) in _WIDER:
-            columns.append(F.col(field.name).cast(from_arrow_type(field.type)))
+            columns.append(F.col(field.name).cast(arrow_types.spark_type(field.type)))
         else:
             problems.append(f"column {field.name!r} is {have[field.name].simpleString()}, "
                             f"the flow's is {field.type}")

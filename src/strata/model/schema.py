@@ -159,9 +159,37 @@ def records_of(data: pa.Table | pa.RecordBatch) -> list[dict]:
     Records are what their schema makes of them: a value written as ``1`` to a
     ``double`` column is read back as ``1.0`` in every execution mode.
     """
-    if not _has_map(data.schema):  # the flag costs ~3x: it converts value by value
-        return data.to_pylist()
-    return data.to_pylist(maps_as_pydicts="strict")
+    rows = data.to_pylist()
+    if not _has_map(data.schema):
+        return rows
+    # to_pylist gives a map as (key, value) pairs; its maps_as_pydicts option is pyarrow 20's
+    # (strata supports 18), so the columns holding a map are made dicts here
+    maps = [(f.name, f.type) for f in data.schema if holds_map(f.type)]
+    for row in rows:
+        for name, kind in maps:
+            row[name] = _as_dicts(row[name], kind)
+    return rows
+
+
+def _as_dicts(value: Any, kind: pa.DataType) -> Any:
+    """``value``, as ``to_pylist`` gives it for type ``kind``, with every map a dict (a
+    key twice is a KeyError, as pyarrow's ``maps_as_pydicts="strict"``)."""
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        out = {}
+        for key, item in value:
+            if key in out:
+                raise KeyError(f"the map {value!r} has the key {key!r} twice")
+            out[key] = _as_dicts(item, kind.item_type)
+        return out
+    if pa.types.is_dictionary(kind):
+        return _as_dicts(value, kind.value_type)
+    if not _types_hold_map((kind,)):
+        return value
+    if pa.types.is_struct(kind):
+        return {f.name: _as_dicts(value[f.name], f.type) for f in kind}
+    return [_as_dicts(v, kind.value_type) for v in value]  # a list of some kind
 
 
 def _has_map(schema: pa.Schema) -> bool:

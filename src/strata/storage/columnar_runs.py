@@ -55,8 +55,10 @@ def member(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.Chunked
     first = pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks())
     if len(keys) == 1:
         return first
-    # the first column narrows the rows cheaply (a hash set); a join settles the few left
-    rows = pc.indices_nonzero(first)
+    # the first column narrows the rows cheaply (a hash set); a join settles the few left.
+    # indices_nonzero is given an Array: is_in over no rows answers a ChunkedArray of no
+    # chunks, on which pyarrow 18 dies with a segfault (docs/vectorized.md)
+    rows = pc.indices_nonzero(first.combine_chunks())
     candidates = table.select(list(keys)).take(rows).append_column("__row", rows)
     hit = candidates.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
     mask = np.zeros(table.num_rows, dtype=bool)

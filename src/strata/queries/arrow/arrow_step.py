@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Row
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from strata.physical import arrow_types
 from strata.queries.arrow import arrow_expr, driver_rows
 from strata.queries.arrow.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow.arrow_lift import aggregate, outside, split_lift
@@ -33,7 +33,7 @@ from strata.queries.plan.incremental import GroupPlan, answer_scope
 
 
 def _held(df: Rows, table: pa.Table) -> Rows:
-    return Rows.of_arrow(df.spark, table, from_arrow_schema(table.schema))
+    return Rows.of_arrow(df.spark, table, arrow_types.spark_schema(table.schema))
 
 
 def renamed(df: Rows, names: dict[str, str]) -> Rows | None:

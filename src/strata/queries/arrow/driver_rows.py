@@ -17,16 +17,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
+from strata.physical import arrow_types
 from strata.queries.arrow.rows import Rows
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema of Spark ``schema`` as strata stores it: timestamps in UTC
     (Spark writes Parquet timestamps as UTC instants; pyarrow reads them back so)."""
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_types.arrow_schema(schema)
 
 
 def select(df: Rows, columns: Sequence[str],
