@@ -160,14 +160,7 @@ class QueryProgram(StageProgram):
         held = changes.arrow() is not None
         extra = {} if held else {"out": changes.frame().selectExpr(*self._output_casts())}
         got = tables.write_small(extra)
-        if got is None or held:
-            return False
-        try:
-            table = got["out"].cast(self._output_schema())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return False  # a type Arrow does not cast to the declared one: Spark writes it
-        write_table(fs.join(out_dir, "part-00000.parquet"), table)
-        return True
+        return got is not None and not held and self._write_driver_output(got["out"], out_dir)
 
     def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
         """Write the epoch's changes into ``out_dir``. Up to
@@ -177,26 +170,26 @@ class QueryProgram(StageProgram):
         task-side writers); more are written by Spark, in ``tasks`` tasks. Changes the
         driver holds are cast and written with no Spark job."""
         held = changes.arrow()
-        if held is not None:
-            try:
-                table = held.select(self._output_schema().names).cast(self._output_schema())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
-                pass  # Spark casts them, below
-            else:
-                write_table(fs.join(out_dir, "part-00000.parquet"), table)
-                return
+        if held is not None and self._write_driver_output(held, out_dir):
+            return
         out = changes.frame().selectExpr(*self._output_casts())
         most = dispatch.driver_rows(out.sparkSession)
         table = out.coalesce(1).limit(most + 1).toArrow()
-        if table.num_rows <= most:
-            try:
-                table = table.cast(self._output_schema())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass  # a type Arrow does not cast to the declared one: Spark writes it
-            else:
-                write_table(fs.join(out_dir, "part-00000.parquet"), table)
-                return
+        if table.num_rows <= most and self._write_driver_output(table, out_dir):
+            return
         write_parquet(out.coalesce(tasks), out_dir)
+
+    def _write_driver_output(self, changes: pa.Table, out_dir: str) -> bool:
+        """Write ``changes`` (rows the driver has) into ``out_dir`` as one file of the
+        declared output schema; False (nothing written: Spark casts and writes them) if a
+        column is missing or of a type Arrow does not cast to the declared one."""
+        schema = self._output_schema()
+        try:
+            table = changes.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            return False
+        write_table(fs.join(out_dir, "part-00000.parquet"), table)
+        return True
 
     def _output_schema(self) -> pa.Schema:
         if self._schema is None:

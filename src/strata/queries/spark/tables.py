@@ -86,6 +86,21 @@ def _write_buckets(table: pa.Table, bucket: pa.Array | pa.ChunkedArray, path: st
     return files
 
 
+def _write_rows(s: _Staged, table: pa.Table, bucket: pa.Array | pa.ChunkedArray | None,
+                cache: bool = False) -> None:
+    """Write staged table ``s``'s rows ``table`` into its path from the driver: one file
+    per bucket (each row's ``bucket``), or one file if the table is not bucketed (None);
+    sets ``s.files`` and ``s.rows``. With ``cache``, the rows stay in the file cache."""
+    if bucket is not None:
+        s.files = _write_buckets(table, bucket, s.path, cache)
+    else:
+        s.files = [fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet")
+                   ] if table.num_rows else []
+        for f in s.files:
+            write_table(f, table, cache)
+    s.rows = table.num_rows
+
+
 def bucket_of(lineage: Sequence[str], n: int) -> Column:
     """A row's bucket as Spark's ``bucketBy`` computes it: ``pmod(murmur3(lineage), n)``."""
     cols = ", ".join(f"`{c}`" for c in lineage)
@@ -264,14 +279,10 @@ class QueryTables:
         for key, s in todo.items():
             table = got[key]
             if s.lineage:
-                bucket, table = table.column(BUCKET), table.drop_columns([BUCKET])
-                s.files = _write_buckets(table, bucket, s.path)
+                _write_rows(s, table.drop_columns([BUCKET]), table.column(BUCKET))
             else:
-                s.files = [fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet")
-                           ] if table.num_rows else []
-                for f in s.files:
-                    write_table(f, table)
-            s.rows, s.df = table.num_rows, None
+                _write_rows(s, table, None)
+            s.df = None
         return {k: got[k] for k in extra}
 
     def _write(self, s: _Staged) -> None:
@@ -303,17 +314,13 @@ class QueryTables:
         that module leaves to Spark. The files' rows are kept in the driver's file cache
         (moved with the files at commit): the next epoch in the driver reads the tables
         it wrote from there, not from disk."""
+        bucket = None
         if s.lineage:
-            bucket = spark_hash.partitions([table.column(c) for c in s.lineage], self.n)
-            if bucket is None:
+            hashed = spark_hash.partitions([table.column(c) for c in s.lineage], self.n)
+            if hashed is None:
                 return False
-            files = _write_buckets(table, pa.array(bucket), s.path, cache=True)
-        else:
-            files = []
-            if table.num_rows:
-                files.append(fs.join(s.path, f"part-00000-{uuid.uuid4().hex[:12]}.c000.parquet"))
-                write_table(files[0], table, cache=True)
-        s.files, s.rows = files, table.num_rows
+            bucket = pa.array(hashed)
+        _write_rows(s, table, bucket, cache=True)
         return True
 
     def _small(self, name: str) -> bool:
