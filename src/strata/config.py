@@ -105,6 +105,15 @@ HELD_SEGMENT_ROWS: Setting[int] = _conf(
     "spark.strata.series.heldSegmentRows", int, 2_000_000,
     "A series segment ingested through the driver, of at most this many rows, has its "
     "views computed from the rows the driver holds (no Spark job); -1: never.")
+WINDOW_STORE: Setting[str] = _conf(
+    "spark.strata.window.store", str, "auto",
+    "Where a SQL window stage keeps its pane store and answers its windows: driver (cells "
+    "in the driver's memory, windows slid there), executors (cells in Parquet beside "
+    "Spark's partitions, windows answered by Spark jobs; driver memory does not grow with "
+    "the groups) or auto (executors when the stage's first epoch has more input records "
+    "than driverEpoch.maxRows allows, or that is -1). Chosen at a stage's first epoch and "
+    "kept; MapReduce windows always use the driver.",
+    choices=("auto", "driver", "executors"))
 TEST_MARKER: Setting[str | None] = _conf(
     "spark.strata.test.marker", str, None,
     "Read by no code: the CLI tests pass it with --conf to see a conf reach the session.",

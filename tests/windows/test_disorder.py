@@ -71,7 +71,7 @@ def _rows(rows: list[dict]) -> Rows:
     return Rows((r["url"], r["n"], r["total"], r["biggest"], r["users"]) for r in rows)
 
 
-def test_complete_results_are_final_under_out_of_order_arrival(spark, tmp_path, caplog):
+def test_complete_results_are_final_under_out_of_order_arrival(spark, store, tmp_path, caplog):
     raw, delayed = _disordered(seed=21)
     assert delayed >= 2
     df = Dataflow("disorder")

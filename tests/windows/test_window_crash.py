@@ -17,6 +17,7 @@ from tests.recovery import window_pipeline
 from tests.recovery.harness import ingest_all, kill_at_each, run_here
 
 PIPELINE = "tests.recovery.window_pipeline"
+EXECUTORS_PIPELINE = "tests.recovery.window_executors_pipeline"
 POINTS = ["windows-after-cells:2", "before-manifest:2", "between-manifest-and-current:1",
           "after-spark-commit:1"]
 # `make test`: the point only a window epoch has and the switch of its state manifest;
@@ -28,18 +29,22 @@ FLOWS = ("w_windows", "w_c2")
 @pytest.mark.parametrize("points", [
     pytest.param(WINDOW_POINTS, id="own-points"),
     pytest.param(POINTS, id="all-points", marks=pytest.mark.slow)])
-def test_kill_9_inside_window_epochs(spark, tmp_path, points):
+def test_kill_9_inside_window_epochs(spark, store, tmp_path, points):
+    """Over either pane store: the workers' session gets the test's (the pipeline's
+    ``SPARK_CONF``), and a stage keeps the store its first epoch chose."""
+    pipeline = PIPELINE if store == "driver" else EXECUTORS_PIPELINE
     clean = tmp_path / "clean"
-    ingest_all(clean, PIPELINE)
-    want, _ = run_here(clean, PIPELINE, spark, FLOWS)
+    ingest_all(clean, pipeline)
+    want, _ = run_here(clean, pipeline, spark, FLOWS)
     assert sum(len(v) for v in want.values()) >= 2 * window_pipeline.EPOCHS
     home = tmp_path / "home"
-    ingest_all(home, PIPELINE)
-    logs = kill_at_each(home, points, PIPELINE)
-    got, _ = run_here(home, PIPELINE, spark, FLOWS)
+    ingest_all(home, pipeline)
+    logs = kill_at_each(home, points, pipeline)
+    got, _ = run_here(home, pipeline, spark, FLOWS)
     assert got == want, logs
     layout = Home(home).stage("w")
     snap = StateDir(layout).current()
+    assert snap.state["store"] == store
     named = {*snap.state["cell_files"], *snap.state["result_files"]}
     assert named, logs
     assert set(fs.list_dir(layout.program_dir("windows"))) == named, logs

@@ -49,6 +49,7 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
         yield c, checked, metrics
 
 
+@pytest.mark.usefixtures("store")
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), slide=st.integers(1, 4), ratio=st.integers(1, 4),
        hosts=st.integers(1, 3), deadline=st.sampled_from([None, 0, 3]),
@@ -70,7 +71,7 @@ def test_random_windows_equal_duckdb_over_their_c2_cells(spark, tmp_path_factory
             assert m[-1]["uncombines"] == 0
 
 
-def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
+def test_late_data_refines_emitted_windows_as_changes(spark, store, tmp_path):
     rng = random.Random(5)
     raw = increments(rng, 3, epochs=4, span=6, silent=0.0, late=0.0)
     late = raw[1][:3]  # h0's first records of epoch 2 arrive two epochs late
@@ -87,7 +88,7 @@ def test_late_data_refines_emitted_windows_as_changes(spark, tmp_path):
         assert any(m["windows_refined"] for m in metrics)
 
 
-def test_a_window_query_written_with_a_cte_reads_its_flow(spark, tmp_path):
+def test_a_window_query_written_with_a_cte_reads_its_flow(spark, store, tmp_path):
     """``WITH`` inlined: the query reads ``log`` through the CTE, and every result equals
     DuckDB's over the plain query's cells."""
     cte = ("WITH big AS (SELECT ts, host, url, bytes, user FROM log WHERE bytes > 5) "
@@ -160,7 +161,7 @@ def test_map_reduce_word_count_with_uncombine(spark, tmp_path):
         assert metrics[-1]["uncombines"] > 0  # slid with uncombine, not re-combined
 
 
-def test_timestamps_and_a_total_aggregate(spark, tmp_path):
+def test_timestamps_and_a_total_aggregate(spark, store, tmp_path):
     import datetime as dt
 
     import pyarrow as pa
@@ -203,7 +204,7 @@ def test_bad_window_queries_are_refused_clearly():
         from_sql("w", _window_sql(4, 2) + " UNION ALL SELECT url, 1 FROM log")
 
 
-def test_several_windows_share_one_pane_store(spark, tmp_path):
+def test_several_windows_share_one_pane_store(spark, store, tmp_path):
     rng = random.Random(11)
     raw = increments(rng, 3, epochs=4, span=12)
     sql = SQL.replace(" max(bytes) AS biggest,", "")
@@ -227,7 +228,7 @@ def test_several_windows_share_one_pane_store(spark, tmp_path):
         assert len(firsts) == len({r["url"] for r in firsts})
 
 
-def test_load_shedding_skips_cells_records_them_in_c2_and_is_deterministic(spark,
+def test_load_shedding_skips_cells_records_them_in_c2_and_is_deterministic(spark, store,
                                                                            tmp_path):
     rng = random.Random(8)
     raw = increments(rng, 4, epochs=4, span=6, silent=0.0, late=0.0, per_epoch=200)
@@ -251,7 +252,7 @@ def test_load_shedding_skips_cells_records_them_in_c2_and_is_deterministic(spark
     assert shed_runs[0] == shed_runs[1]  # the same seed sheds the same cells
 
 
-def test_deletes_retract_records_from_their_panes(spark, tmp_path):
+def test_deletes_retract_records_from_their_panes(spark, store, tmp_path):
     """A flow with deletes (``_mult`` −1): windows equal DuckDB over the net records,
     min/max kept as multisets so that a deleted extreme is replaced."""
     import duckdb

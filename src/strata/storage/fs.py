@@ -125,8 +125,13 @@ def read_json(uri: str) -> Any | None:
 
 
 def size_of(uri: str) -> int:
+    """The bytes of a file, or of every file under a directory."""
     fs, path = resolve(uri)
-    return fs.get_file_info(path).size or 0
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.Directory:
+        return sum(i.size or 0 for i in fs.get_file_info(pafs.FileSelector(path,
+                                                                            recursive=True)))
+    return info.size or 0
 
 
 def delete_quietly(uri: str) -> None:

@@ -9,14 +9,14 @@ Each epoch (``docs/windows.md``):
    panes whose windows are final (too late), or of cells already complete (beyond the
    allowed disorder) are counted but not aggregated; records without a time or source
    are refused with an :class:`EpochError` naming one;
-2. a query that sheds load counts the cells first, and when the EWMA estimate says the
-   epoch would overrun its budget, cells are shed
-   (:func:`~strata.windows.policies.plan_shedding`) before the aggregation;
-3. on the driver, the cells join the pane store, windows the eviction policy releases
-   are slid to (combine the new pane, uncombine the old, or Two-Stacks), and emitted
-   windows whose cells changed are refined;
-4. answers (``a``) are computed for those windows in one small job, and written with
-   their C2 as changes (``_mult`` −1/+1) to the query's flow and its scoreboard flow.
+2. when the EWMA estimate says the epoch would overrun a shedding query's budget, cells
+   are shed (:func:`~strata.windows.policies.plan_shedding`) before the aggregation;
+3. the cells join the pane store — in the driver's memory
+   (:mod:`~strata.windows.driver_store`) or as Parquet the executors read
+   (:mod:`~strata.windows.executors`) — and the windows the eviction policy releases,
+   and emitted windows whose cells changed (refined), are answered (``a``);
+4. results and their C2 go out as changes (``_mult`` −1/+1) to the query's flow and
+   its scoreboard flow (:mod:`~strata.windows.outputs`).
 """
 
 from __future__ import annotations
@@ -25,28 +25,27 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from strata import config
 from strata.faults import crashpoint
 from strata.model.errors import EpochError, StrataError
-from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
 from strata.physical.session import set_confs
-from strata.queries.programs import output_ddl
-from strata.queries.spark import answer, lift, row_exprs, struct_type
+from strata.physical.small_epochs import conf_of, fits_driver
+from strata.queries.spark import lift, row_exprs, struct_type
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import Increment, write_table
+from strata.storage.increments import Increment
 from strata.storage.manifest import StateSnapshot
-from strata.windows.aggregates import PaneTable, mapped_cells
+from strata.windows import executors, outputs
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
-from strata.windows.panes import WindowId, window_panes
+from strata.windows.driver_store import DriverPanes, cells_of, map_reduce_cells
+from strata.windows.panes import WindowId
 from strata.windows.policies import (
     Ewma,
     closed_cells,
@@ -56,14 +55,12 @@ from strata.windows.policies import (
 )
 from strata.windows.query import WindowPlan
 from strata.windows.rows import (
-    changes,
     included,
     results_flow,
     scan_prefix,
     scoreboard_flow,
     summary_columns,
 )
-from strata.windows.sliding import Counted, slider
 from strata.windows.state import Emitted, WindowState, load, write_cells, write_results
 
 FILES = "windows"  # the program's directory under state/<stage>/
@@ -79,9 +76,7 @@ class WindowProgram(StageProgram):
     def __init__(self, plan: WindowPlan) -> None:
         self.plan = plan
         self._cache: WindowState | None = None
-        self._cache_state = WindowState()  # the state the slider's panes come from
-        self._sliders: list[Any] = []  # one per window spec
-        self._panes: dict[int, PaneTable] = {}
+        self._driver: DriverPanes | None = None  # the driver's pane store, if it is
 
     def __getstate__(self) -> dict:
         return {"plan": self.plan}
@@ -111,9 +106,11 @@ class WindowProgram(StageProgram):
 
     # -- one epoch -------------------------------------------------------------------------
     def run(self, ctx: EpochContext) -> EpochOutcome:
-        plan, q = self.plan, self.plan.query
+        q = self.plan.query
         ws = self._state(ctx)
         self._cache = None  # owned by this attempt until it succeeds
+        self._cells_written = 0
+        ws.store = ws.store or self._store(ctx)
         files = [f for inc in ctx.inputs.get(q.flow, ()) for f in inc.files]
         spark = ctx.spark
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
@@ -123,8 +120,57 @@ class WindowProgram(StageProgram):
             stats, cells, lift_schema, late, shed = self._aggregate(ctx, ws, frame)
             skip = late | shed
             elapsed = time.perf_counter() - started
+            self._observe(ws, stats, skip, elapsed)
+            if ws.store == "driver":
+                self._driver_panes(ws).add(cells)
+            due = self._due(ws)
+            boards = {w: self._board(ws, w) for w in due}
+            for w, b in boards.items():  # a complete result is final (docs/windows.md, "C2")
+                if b.complete == b.total:
+                    end = w[0] + w[1]
+                    ws.sealed = end if ws.sealed is None else max(ws.sealed, end)
+            written, emitted = self._write_outputs(ctx, ws, due, boards, lift_schema)
         finally:
             set_confs(spark, previous)
+        directory = ctx.layout.program_dir(FILES)
+        if cells and ws.store == "driver":
+            name = f"cells-{ctx.epoch:08d}-{ctx.token}.parquet"
+            write_cells(fs.join(directory, name), cells)
+            ws.cell_files[name] = [min(c[1] for c in cells), max(c[1] for c in cells)]
+        crashpoint("windows-after-cells")
+        self._record_results(ws, directory, ctx, emitted)
+        self._retire(ws)
+        ws.attempt = ctx.token
+        reasons = [r for r, _ in due.values()]
+        metrics = {"input_rows": sum(n for n, _, _ in stats.values()),
+                   "rows_aggregated": sum(n for c, (n, _, _) in stats.items() if c not in skip),
+                   "cells": len(cells) if ws.store == "driver" else self._cells_written,
+                   "store": ws.store,
+                   "windows_emitted": sorted(w for w, (r, _) in due.items() if r != "refined"),
+                   "windows_refined": sorted(w for w, (r, _) in due.items() if r == "refined"),
+                   "emit_reasons": dict(Counter(reasons)),
+                   "rows_shed": sum(stats[c][0] for c in shed),
+                   "late_dropped": ws.late_dropped,
+                   "disorder_dropped": ws.disorder_dropped,
+                   "changed_rows": written[self.result_flow].records,
+                   "combines": ws.counters.get("combines", 0),
+                   "uncombines": ws.counters.get("uncombines", 0),
+                   "seconds_per_row": ws.seconds_per_row}
+        self._cache = ws
+        return EpochOutcome(written, ws.to_json(), ctx.num_partitions, metrics)
+
+    def _store(self, ctx: EpochContext) -> str:
+        """Where a new stage keeps its panes (``spark.strata.window.store``)."""
+        setting = conf_of(ctx, config.WINDOW_STORE)
+        if self.plan.group is None:  # MapReduce's functions combine in Python
+            return "driver"
+        if setting == "auto":
+            return "driver" if fits_driver(ctx, ctx.input_records, 0) else "executors"
+        return setting
+
+    def _observe(self, ws: WindowState, stats: Mapping[CellKey, tuple[int, int, int]],
+                 skip: set[CellKey], elapsed: float) -> None:
+        """The epoch's cost per record, the sources' progress and the cells' counts."""
         processed = sum(n for c, (n, _, _) in stats.items() if c not in skip)
         arrived = sum(n for n, _, _ in stats.values())
         if arrived:  # an epoch that shed everything still observes its cost per record
@@ -135,54 +181,24 @@ class WindowProgram(StageProgram):
             ws.start = first if ws.start is None else min(ws.start, first)
             if (s, p) not in skip:
                 ws.records[(s, p)] = ws.records.get((s, p), 0) + n
-        fresh = {p for _, p, _, _ in cells if p not in ws.cells}  # no cells before now
-        deltas = ws.add_cells(plan.algebra, cells)
-        self._apply_deltas(deltas, fresh)
         if not ws.frontier and stats:  # the first windows: those of the earliest pane
-            first = min(p for _, p in stats)
-            ws.frontier = {i: spec.windows_of_pane(first).start
-                           for i, spec in enumerate(plan.specs)}
+            first_pane = min(p for _, p in stats)
+            ws.frontier = {i: spec.windows_of_pane(first_pane).start
+                           for i, spec in enumerate(self.plan.specs)}
             ws.floor = min(spec.window_panes(ws.frontier[i]).start
-                           for i, spec in enumerate(plan.specs))
-        windows, reasons = self._due(ws)
-        rows = self._answers(spark, windows, lift_schema)
-        boards = {w: self._board(ws, w) for w in windows}
-        for w, b in boards.items():  # a complete result is final (docs/windows.md, "C2")
-            if b.complete == b.total:
-                end = w[0] + w[1]
-                ws.sealed = end if ws.sealed is None else max(ws.sealed, end)
-        outputs, changed = self._write_outputs(ctx, ws, rows, boards)
-        directory = ctx.layout.program_dir(FILES)
-        if cells:
-            name = f"cells-{ctx.epoch:08d}-{ctx.token}.parquet"
-            write_cells(fs.join(directory, name), cells)
-            ws.cell_files[name] = [min(c[1] for c in cells), max(c[1] for c in cells)]
-        crashpoint("windows-after-cells")
-        self._record_results(ws, directory, ctx, {w: Emitted(rows[w], boards[w])
-                                                  for w in windows})
-        self._retire(ws)
-        ws.attempt = ctx.token
-        metrics = {"input_rows": arrived,
-                   "rows_aggregated": processed, "cells": len(cells),
-                   "windows_emitted": sorted(w for w in windows if reasons[w] != "refined"),
-                   "windows_refined": sorted(w for w in windows if reasons[w] == "refined"),
-                   "emit_reasons": dict(Counter(reasons.values())),
-                   "rows_shed": sum(stats[c][0] for c in shed),
-                   "late_dropped": ws.late_dropped,
-                   "disorder_dropped": ws.disorder_dropped, "changed_rows": changed,
-                   "combines": ws.counters.get("combines", 0),
-                   "uncombines": ws.counters.get("uncombines", 0),
-                   "seconds_per_row": ws.seconds_per_row}
-        self._cache = ws
-        return EpochOutcome(outputs, ws.to_json(), ctx.num_partitions, metrics)
+                           for i, spec in enumerate(self.plan.specs))
 
     def _state(self, ctx: EpochContext) -> WindowState:
         committed = ctx.committed.state or {}
         if self._cache is not None and self._cache.attempt == committed.get("attempt"):
             return self._cache
-        self._sliders, self._panes = [], {}
-        self._cache_state = load(committed, ctx.layout.program_dir(FILES), self.plan.algebra)
-        return self._cache_state
+        self._driver = None
+        return load(committed, ctx.layout.program_dir(FILES), self.plan.algebra)
+
+    def _driver_panes(self, ws: WindowState) -> DriverPanes:
+        if self._driver is None or self._driver.ws is not ws:
+            self._driver = DriverPanes(self.plan, ws)
+        return self._driver
 
     def _frame(self, spark: SparkSession, files: list[str]) -> DataFrame:
         """The increment's records with ``_src``, ``_t`` (event time in units), ``_pane``
@@ -207,7 +223,7 @@ class WindowProgram(StageProgram):
         one Spark action for both unless shedding must see the statistics first."""
         plan, q = self.plan, self.plan.query
         try:
-            if q.shedding is None and plan.group is not None:
+            if q.shedding is None and plan.group is not None and ws.store == "driver":
                 # one aggregation: rows a filter (or lateness) excludes form groups of
                 # their own (_pass false), counted in the statistics only
                 floor = None if ws.floor is None else f"_pane >= {ws.floor}"
@@ -218,7 +234,7 @@ class WindowProgram(StageProgram):
                     ["_src", "_pane", "_n_sum", "_lo_min", "_hi_max"]).rename_columns(
                     ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
                 late, shed = self._skipped(ctx, ws, stats)
-                cells = [c for c in self._cells(table.filter(table.column("_pass")))
+                cells = [c for c in cells_of(plan, table.filter(table.column("_pass")))
                          if (c[0], c[1]) not in late]
                 return stats, cells, table.schema, late, shed
             stats_frame = frame.groupBy("_src", "_pane").agg(
@@ -232,15 +248,30 @@ class WindowProgram(StageProgram):
                 frame = frame.where(~F.concat_ws("\x1f", "_src", F.col("_pane").cast(
                     "string")).isin(tags))
             if plan.group is None:
-                return stats, self._map_reduce(frame), None, late, shed
-            table = self._lift_frame(frame).toArrow()
-            return stats, self._cells(table), table.schema, late, shed
+                return stats, map_reduce_cells(plan, frame), None, late, shed
+            lifted = self._lift_frame(frame)
+            if ws.store == "executors":
+                self._write_cells_on_executors(ctx, ws, lifted, set(stats) - skipped)
+                return stats, [], lifted.schema, late, shed
+            table = lifted.toArrow()
+            return stats, cells_of(plan, table), table.schema, late, shed
         except StrataError:
             raise
         except Exception as e:
             raise EpochError(f"window query {q.name!r} could not aggregate its records into "
                              "panes", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
                              cause=spark_failure(e)) from e
+
+    def _write_cells_on_executors(self, ctx: EpochContext, ws: WindowState,
+                                  lifted: DataFrame, kept: set[CellKey]) -> None:
+        """Spark writes the epoch's cells (``strata.windows.executors``)."""
+        if not kept:
+            return
+        path = executors.cells_dir(ctx.layout.program_dir(FILES), ctx.epoch, ctx.token)
+        executors.write_cells(lifted, path, ctx.epoch)
+        ws.cell_files[path.rsplit("/", 1)[1]] = [min(p for _, p in kept),
+                                                max(p for _, p in kept)]
+        self._cells_written = executors.rows_in(path)
 
     def _stats(self, ctx: EpochContext, frame: DataFrame, rows: list[dict]
                ) -> dict[CellKey, tuple[int, int, int]]:
@@ -299,7 +330,7 @@ class WindowProgram(StageProgram):
                 "query's disorder (--disorder, WindowQuery(disorder=...)) if its sources "
                 "send that far out of order", plan.query.name, ctx.stage.name, ctx.epoch,
                 sum(cells[(s, p)][0] for p in panes), s,
-                ", ".join(str(self._time(p * plan.width)) for p in panes[:5])
+                ", ".join(str(outputs.time_of(plan)(p * plan.width)) for p in panes[:5])
                 + (", ..." if len(panes) > 5 else ""), why)
 
     def _lift_frame(self, frame: DataFrame, keep: str | None = None, stats: bool = False
@@ -329,61 +360,7 @@ class WindowProgram(StageProgram):
         return lift(plan.group, d, by=("_src", "_pane", "_pass"), extra=[
             F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"), F.max("_t").alias("_hi")])
 
-    def _cells(self, table: pa.Table) -> list[tuple[str, int, tuple, list]]:
-        """The lift's rows as cells (source, pane, key, parts)."""
-        assert self.plan.group is not None
-        parts = [p.name for p in self.plan.group.parts]
-        multiset = {i for i, p in enumerate(self.plan.group.parts) if p.kind == "multiset"}
-        # column by column: a list per column is several times faster than a dict per row
-        key_columns = [c.to_pylist() for c in table.column("_g").combine_chunks().flatten()]
-        keys = list(zip(*key_columns, strict=True)) if key_columns else [()] * table.num_rows
-        columns = [table.column(p).to_pylist() for p in parts]
-        for i in multiset:
-            columns[i] = [dict(v or ()) for v in columns[i]]
-        values = [list(v) for v in zip(*columns, strict=True)]  # parts: _cnt at least
-        return list(zip(table.column("_src").to_pylist(), table.column("_pane").to_pylist(),
-                        keys, values, strict=True))
-
-    def _map_reduce(self, frame: DataFrame) -> list[tuple[str, int, tuple, list]]:
-        mr = self.plan.query.mapreduce
-        assert mr is not None
-        keep = [c for c in frame.columns if c not in ("_t",)]
-
-        def cell_of(r: dict) -> tuple:
-            return (r.pop("_src"), r.pop("_pane"))
-
-        def merge(a: list, b: list) -> list:
-            return [a[0] + b[0], mr.combine(a[1], b[1])]
-
-        got = (frame.select(*keep).rdd
-               .mapPartitions(lambda rows: mapped_cells(mr, cell_of, (r.asDict()
-                                                                       for r in rows)))
-               .reduceByKey(merge).collect())
-        return [(k[0], int(k[1]), (k[2],), v) for k, v in got]
-
     # -- panes and windows -----------------------------------------------------------------
-    def _pane(self, p: int) -> PaneTable:
-        """The pane's aggregate over all its sources' cells (cached)."""
-        table = self._panes.get(p)
-        if table is None:
-            algebra, table = self.plan.algebra, {}
-            for cell in (self._cache_state.cells.get(p) or {}).values():
-                table = algebra.combine(table, cell)
-            self._panes[p] = table
-        return table
-
-    def _apply_deltas(self, deltas: Mapping[int, PaneTable], fresh: set[int]) -> None:
-        """Add each pane's delta to its cached aggregate; a ``fresh`` pane (no cells
-        before) is its delta (combining never changes a table in place)."""
-        algebra = self.plan.algebra
-        for p, delta in deltas.items():
-            if p in self._panes:
-                self._panes[p] = algebra.combine(self._panes[p], delta)
-            elif p in fresh:
-                self._panes[p] = delta
-            for agg in self._sliders:
-                agg.changed(p, delta)
-
     def _board(self, ws: WindowState, w: WindowId) -> Scoreboard:
         q = self.plan.query
         sources = sorted(set(q.sources) | set(ws.progress))
@@ -392,125 +369,76 @@ class WindowProgram(StageProgram):
         return scoreboard(w, self.plan.width, sources, ws.records, ws.progress, ws.shed,
                           failed, self.plan.disorder)
 
-    def _due(self, ws: WindowState) -> tuple[dict[WindowId, PaneTable], dict[WindowId, str]]:
-        """The windows to answer now: those the policy releases (per window spec, in
-        order), and emitted windows whose cells changed (refined)."""
-        plan, q = self.plan, self.plan.query
-        self._cache_state = ws
-        if not self._sliders:
-            self._counted: Counted[PaneTable] = Counted(plan.algebra)
-            self._sliders = [slider(self._counted, self._pane) for _ in plan.specs]
-        windows: dict[WindowId, PaneTable] = {}
-        reasons: dict[WindowId, str] = {}
+    def _due(self, ws: WindowState) -> dict[WindowId, tuple[str, int | None]]:
+        """The windows to answer now, each with why and its window spec: those the
+        policy releases (per window spec, in order), and emitted windows whose cells
+        changed (refined, no spec)."""
+        q = self.plan.query
+        due: dict[WindowId, tuple[str, int | None]] = {}
         now = ws.now
-        for i, spec in enumerate(plan.specs):
+        for i, spec in enumerate(self.plan.specs):
             while i in ws.frontier and now is not None and (
                     spec.window_start(ws.frontier[i]) <= now):
                 w = spec.window_id(ws.frontier[i])
-                if w not in ws.emitted and w not in windows:  # another spec's window too
+                if w not in ws.emitted and w not in due:  # another spec's window too
                     reason = emit_reason(self._board(ws, w), spec.window_end(ws.frontier[i]),
                                          now, q.eviction)
                     if reason is None:
                         break
-                    windows[w] = self._sliders[i].query(w[0], w[0] + w[1])
-                    reasons[w] = reason
+                    due[w] = (reason, i)
                 ws.frontier[i] += 1
         for w, e in sorted(ws.emitted.items()):
-            if w in windows or included(self._board(ws, w)) == included(e.board):
-                continue
-            table: PaneTable = {}
-            for p in window_panes(w):
-                table = plan.algebra.combine(table, self._pane(p))
-            windows[w], reasons[w] = table, "refined"
-        ws.counters["combines"] = ws.counters.get("combines", 0) + self._counted.combines
-        ws.counters["uncombines"] = ws.counters.get("uncombines", 0) + self._counted.uncombines
-        self._counted.combines = self._counted.uncombines = 0
-        return windows, reasons
-
-    def _answers(self, spark: SparkSession, windows: Mapping[WindowId, PaneTable],
-                 lift_schema: pa.Schema | None) -> dict[WindowId, list[dict]]:
-        """``a`` of each window: its result rows (dicts of the outputs)."""
-        plan = self.plan
-        out: dict[WindowId, list[dict]] = {w: [] for w in windows}
-        ids = {w: i for i, w in enumerate(windows)}
-        if not windows:
-            return out
-        if plan.group is None:
-            mr = plan.query.mapreduce
-            assert mr is not None
-            for w, table in windows.items():
-                out[w] = [{mr.key: k[0], mr.result: mr.reduce(k[0], v[1])}
-                          for k, v in sorted(table.items(), key=lambda kv: repr(kv[0]))
-                          if v[0]]
-            return out
-        assert lift_schema is not None
-        schema = lift_schema  # the lift's Arrow schema: its key and parts
-        parts = [p.name for p in plan.group.parts]
-        multiset = {p.name for p in plan.group.parts if p.kind == "multiset"}
-        ws_: list[int] = []
-        keys: list[tuple] = []
-        values: list[list] = []
-        for w, table in windows.items():
-            if not table and not plan.group.node.keys:  # a total answers over no rows
-                table = {(0,): [0] + [None] * (len(parts) - 1)}
-            ws_ += [ids[w]] * len(table)
-            keys += table.keys()
-            values += table.values()
-        g = schema.field("_g").type
-        columns = [pa.array(ws_, pa.int64()), pa.StructArray.from_arrays(
-            [pa.array([k[i] for k in keys], g.field(i).type) for i in range(g.num_fields)],
-            fields=list(g))]
-        for i, p in enumerate(parts):
-            col = [v[i] for v in values]
-            if p in multiset:
-                col = [None if x is None else list(x.items()) for x in col]
-            columns.append(pa.array(col, schema.field(p).type))
-        merged = spark.createDataFrame(pa.Table.from_arrays(
-            columns, names=["_w", "_g", *parts]))
-        names, by_id = list(plan.outputs), list(windows)
-        for r in answer(plan.group, merged, spark, carry=("_w",)).toArrow().to_pylist():
-            out[by_id[r["_w"]]].append({n: r[n] for n in names})
-        return out
+            if w not in due and included(self._board(ws, w)) != included(e.board):
+                due[w] = ("refined", None)
+        return due
 
     # -- outputs and state -------------------------------------------------------------------
     def _write_outputs(self, ctx: EpochContext, ws: WindowState,
-                       rows: Mapping[WindowId, list[dict]],
-                       boards: Mapping[WindowId, Scoreboard]) -> tuple[dict[str, Increment], int]:
-        plan, width = self.plan, self.plan.width
-        result, board = [], []
-        for w in sorted(rows):
-            start, end = self._time(w[0] * width), self._time((w[0] + w[1]) * width)
-            old = ws.emitted.get(w)
-            b = boards[w]
-            summary = summary_columns(b)
-            new_rows = [{"window_start": start, "window_end": end, **r, **summary}
-                        for r in rows[w]]
-            old_rows: list[dict] = []
-            if old is not None:
-                before = summary_columns(old.board)
-                old_rows = [{"window_start": start, "window_end": end, **r, **before}
-                            for r in old.rows]
-            result += changes(old_rows, new_rows)
-            cells = [{"window_start": start, "window_end": end, **r,
-                      "pane_start": self._time(r.pop("pane") * width)} for r in b.to_rows()]
-            old_cells = [] if old is None else [
-                {"window_start": start, "window_end": end, **r,
-                 "pane_start": self._time(r.pop("pane") * width)}
-                for r in old.board.to_rows()]
-            board += changes(old_cells, cells)
-        outputs = {}
-        for flow, columns, netted in ((self.result_flow, plan.result_columns(), result),
-                                      (self.board_flow, plan.scoreboard_columns(), board)):
-            schema = parse_ddl(output_ddl(columns))
-            path = fs.join(ctx.output_dir(flow), "part-00000.parquet")
-            size = write_table(path, pa.Table.from_pylist(netted, schema))
-            outputs[flow] = Increment((path,), len(netted), size)
-        return outputs, len(result)
+                       due: Mapping[WindowId, tuple[str, int | None]],
+                       boards: Mapping[WindowId, Scoreboard], lift_schema: Any
+                       ) -> tuple[dict[str, Increment], dict[WindowId, Emitted]]:
+        """The due windows' results and scoreboards as changes of the query's flows;
+        what the stage keeps of each emitted window."""
+        plan, flow = self.plan, self.result_flow
+        board = outputs.write_rows(ctx, self.board_flow, plan.scoreboard_columns(),
+                                   outputs.board_changes(plan, ws.emitted, boards))
+        if ws.store == "executors":
+            result = self._answer_on_executors(ctx, ws, due, boards, lift_schema)
+            emitted = {w: Emitted([], boards[w], ctx.epoch) for w in due}
+        else:
+            store = self._driver_panes(ws)
+            rows = store.answers(ctx.spark, store.tables(due), lift_schema)
+            result = outputs.write_rows(ctx, flow, plan.result_columns(),
+                                        outputs.result_changes(plan, ws.emitted, rows, boards))
+            emitted = {w: Emitted(rows[w], boards[w], ctx.epoch) for w in due}
+        return {flow: result, self.board_flow: board}, emitted
 
-    def _time(self, units: int) -> Any:
-        if self.plan.time_type == "timestamp":
-            return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=units)
-        return units
+    def _answer_on_executors(self, ctx: EpochContext, ws: WindowState,
+                             due: Mapping[WindowId, tuple[str, int | None]],
+                             boards: Mapping[WindowId, Scoreboard], lift_schema: Any
+                             ) -> Increment:
+        """Answer the due windows in one Spark job over their cells; a refined window's
+        old result is retracted from the cells of epochs up to its emission."""
+        versions = []
+        for w in sorted(due):
+            versions.append(executors.Version(w, 1, ctx.epoch, summary_columns(boards[w])))
+            old = ws.emitted.get(w)
+            if old is not None:
+                versions.append(executors.Version(w, -1, old.epoch,
+                                                  summary_columns(old.board)))
+        out_dir = ctx.output_dir(self.result_flow)
+        if not versions:
+            return outputs.write_rows(ctx, self.result_flow, self.plan.result_columns(), [])
+        try:
+            return executors.answer_windows(ctx.spark, self.plan, lift_schema, ws.cell_files,
+                                            ctx.layout.program_dir(FILES), versions, out_dir)
+        except StrataError:
+            raise
+        except Exception as e:
+            raise EpochError(f"window query {self.plan.query.name!r} could not answer "
+                             f"{len(due)} window(s) from their cells", stage=ctx.stage.name,
+                             epoch=ctx.epoch, flow=self.plan.query.flow,
+                             cause=spark_failure(e)) from e
 
     def _record_results(self, ws: WindowState, directory: str, ctx: EpochContext,
                         emitted: dict[WindowId, Emitted]) -> None:
@@ -534,11 +462,8 @@ class WindowProgram(StageProgram):
         ws.floor = min([*(spec.window_panes(ws.frontier[i]).start
                           for i, spec in enumerate(plan.specs)),
                         *(w[0] for w in ws.emitted)])
-        # the sliders still uncombine the panes they span: those stay until then
-        keep = min([ws.floor, *(agg.lo for agg in self._sliders)])
-        for p in [p for p in ws.cells if p < keep]:
-            del ws.cells[p]
-            self._panes.pop(p, None)
+        if ws.store == "driver":  # the sliders still uncombine the panes they span
+            self._driver_panes(ws).retire(ws.floor)
         for d in (ws.records, ws.shed):
             for c in [c for c in d if c[1] < ws.floor]:
                 del d[c]

@@ -7,6 +7,9 @@ the manifest's JSON names (``docs/windows.md``, "State"):
   ``pane``, the group ``key`` and its ``state`` (pickled parts) — appended, never
   rewritten; the pane store is their combination. A file goes when every pane it holds
   has left every window that can still change.
+  With the pane store on the executors, ``cells-<epoch>-<attempt>/`` is instead a
+  directory of Parquet files Spark wrote: a row per cell with its group ``_g`` and its
+  parts as columns, and the epoch ``_e`` that aggregated it; the driver never reads it.
 * ``results-<epoch>-<attempt>.parquet``: the windows the epoch emitted or refined, each
   window's result rows and its C2 scoreboard (pickled); the newest file naming a window
   has its live result.
@@ -33,15 +36,18 @@ from strata.windows.panes import WindowId
 CELLS_SCHEMA = pa.schema([("source", pa.string()), ("pane", pa.int64()),
                           ("key", pa.binary()), ("state", pa.binary())])
 RESULTS_SCHEMA = pa.schema([("window", pa.list_(pa.int64())), ("rows", pa.binary()),
-                            ("board", pa.binary())])
+                            ("board", pa.binary()), ("epoch", pa.int64())])
 
 
 @dataclass
 class Emitted:
-    """A window's result as last emitted: its rows (dicts of the outputs) and its C2."""
+    """A window's result as last emitted: its rows (dicts of the outputs; none kept when
+    the executors hold the panes: the rows are recomputed from the cells of epochs up to
+    ``epoch``), its C2 and the epoch that emitted it."""
 
     rows: list[dict]
     board: Scoreboard
+    epoch: int = 0
 
 
 @dataclass
@@ -64,6 +70,7 @@ class WindowState:
     cell_files: dict[str, list[int]] = field(default_factory=dict)  # file → [lo, hi] pane
     result_files: dict[str, list[list[int]]] = field(default_factory=dict)  # → windows
     attempt: str = ""  # the epoch attempt this state is the result of
+    store: str = ""  # where the cells live: "driver" or "executors" (chosen at epoch 1)
 
     @property
     def now(self) -> int | None:
@@ -88,7 +95,8 @@ class WindowState:
                 "seconds_per_row": self.seconds_per_row, "late_dropped": self.late_dropped,
                 "disorder_dropped": self.disorder_dropped, "sealed": self.sealed,
                 "counters": self.counters, "cell_files": self.cell_files,
-                "result_files": self.result_files, "attempt": self.attempt}
+                "result_files": self.result_files, "attempt": self.attempt,
+                "store": self.store}
 
 
 def write_cells(path: str, cells: list[tuple[str, int, tuple, list]]) -> int:
@@ -102,7 +110,8 @@ def write_cells(path: str, cells: list[tuple[str, int, tuple, list]]) -> int:
 def write_results(path: str, windows: Mapping[WindowId, Emitted]) -> int:
     table = pa.table({"window": [list(w) for w in windows],
                       "rows": [pickle.dumps(e.rows, protocol=5) for e in windows.values()],
-                      "board": [pickle.dumps(e.board, protocol=5) for e in windows.values()]},
+                      "board": [pickle.dumps(e.board, protocol=5) for e in windows.values()],
+                      "epoch": [e.epoch for e in windows.values()]},
                      schema=RESULTS_SCHEMA)
     return write_table(path, table)
 
@@ -120,8 +129,9 @@ def read_cells(path: str) -> list[tuple[str, int, tuple, list]]:
 
 def read_results(path: str) -> dict[WindowId, Emitted]:
     t = _read(path).to_pydict()
-    return {(w[0], w[1]): Emitted(pickle.loads(r), pickle.loads(b))
-            for w, r, b in zip(t["window"], t["rows"], t["board"], strict=True)}
+    epochs = t.get("epoch") or [0] * len(t["window"])  # files written before the column
+    return {(w[0], w[1]): Emitted(pickle.loads(r), pickle.loads(b), e or 0)
+            for w, r, b, e in zip(t["window"], t["rows"], t["board"], epochs, strict=True)}
 
 
 def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> WindowState:
@@ -139,8 +149,8 @@ def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> Win
                      sealed=state.get("sealed"), counters=dict(state["counters"]),
                      cell_files={f: list(v) for f, v in state["cell_files"].items()},
                      result_files={f: list(v) for f, v in state["result_files"].items()},
-                     attempt=state["attempt"])
-    for name in sorted(ws.cell_files):  # epoch order: names start cells-<epoch>
+                     attempt=state["attempt"], store=state.get("store", "driver"))
+    for name in sorted(ws.cell_files if ws.store == "driver" else ()):  # epoch order
         cells = [c for c in read_cells(fs.join(directory, name))
                  if ws.floor is None or c[1] >= ws.floor]
         ws.add_cells(algebra, cells)
