@@ -27,6 +27,8 @@ from typer.testing import CliRunner
 from strata.cli import app
 from strata.model.errors import StrataError
 from strata.physical.session import get_spark
+from strata.storage.home import Home
+from strata.storage.manifest import StateDir
 from tests.queries.oracle import duckdb_answer, normalized
 from tests.series.clicklog import DDL as CLICKS_DDL
 from tests.series.clicklog import canon, segment
@@ -389,15 +391,19 @@ SOURCES = "from strata import Dataflow\n\ndataflow = Dataflow({name!r})\n" \
     "dataflow.source('log', {ddl!r})\n"
 
 
+@pytest.mark.parametrize("store", ["driver", "executors"])
 def test_a_window_query_runs_over_spark_connect_like_on_classic_spark(connect_url,
-                                                                       tmp_path):
-    """A window stage's lift is a DataFrame aggregation: over Connect its results and
-    C2 scoreboards equal the classic run's after every increment (late data included)."""
+                                                                       tmp_path, store):
+    """A window stage's lift is a DataFrame aggregation: over Connect (the pane store in
+    the driver, or on the executors) its results and C2 scoreboards equal the classic
+    run's (the driver's store) after every increment (late data included)."""
     pipeline = tmp_path / "weblog.py"
     pipeline.write_text(SOURCES.format(name="weblog", ddl=WEBLOG_DDL))
     raw = weblog_increments(random.Random(3), 3, epochs=3, span=6)
     for remote, classic in _run_on_both(
-            connect_url, pipeline, "log", raw, tmp_path, setup=lambda home: strata_here(
+            connect_url, pipeline, "log", raw, tmp_path,
+            remote_args=("--conf", f"spark.strata.window.store={store}"),
+            setup=lambda home: strata_here(
                 "window", "add", "late", WINDOWED, "--home", home, "--deadline", "0",
                 "--lateness", "6", "--disorder", "3")):
         for flow in ("late_windows", "late_c2"):
@@ -405,6 +411,8 @@ def test_a_window_query_runs_over_spark_connect_like_on_classic_spark(connect_ur
                      for home in (remote, classic)]
             assert shown[0].strip() and sorted(shown[0].splitlines()) == sorted(
                 shown[1].splitlines()), flow
+    stage = StateDir(Home(str(remote)).stage("late")).current()
+    assert stage.state["store"] == store
 
 
 def test_a_series_runs_over_spark_connect_like_on_classic_spark(connect_url, tmp_path):
