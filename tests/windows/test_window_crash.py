@@ -13,6 +13,7 @@ import pytest
 from strata.storage import fs
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
+from strata.windows.program import WindowProgram
 from tests.recovery import window_pipeline
 from tests.recovery.harness import ingest_all, kill_at_each, run_here
 
@@ -45,6 +46,6 @@ def test_kill_9_inside_window_epochs(spark, store, tmp_path, points):
     layout = Home(home).stage("w")
     snap = StateDir(layout).current()
     assert snap.state["store"] == store
-    named = {*snap.state["cell_files"], *snap.state["result_files"]}
+    named = WindowProgram.live_files(snap.state)
     assert named, logs
     assert set(fs.list_dir(layout.program_dir("windows"))) == named, logs

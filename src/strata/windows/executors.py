@@ -7,61 +7,51 @@ pane) record counts and progress, each window spec's frontier, the emitted windo
 scoreboards — and never a group:
 
 * each epoch's lift ``h`` (a row per source, pane and group, its parts as columns) is
-  written by Spark into ``cells-<epoch>-<attempt>/``, with the epoch ``_e`` that
-  aggregated it;
+  written by Spark into ``cells-<epoch>-<attempt>/``;
 * the windows due this epoch are answered in one Spark job: the cells of their panes
   are read, each joined to the windows it belongs to (a small broadcast mapping), merged
   per window and group (sums add, ``min``/``max`` take the least/greatest, multisets add
-  multiplicities), answered with ``a`` and written to the query's flow with their C2.
-
-A refined window's old result is not kept either: it is the same job over the cells of
-epochs up to the one that emitted it (``_e`` ≤ that epoch), retracted (``_mult`` −1)
-beside the new one and netted against it.
+  multiplicities), answered with ``a`` and written, with their C2 summaries, into
+  ``results-<epoch>-<attempt>.rows/`` — the rows as emitted, kept while the window may
+  be refined;
+* a second, light job writes them as changes to the query's flow: inserted, and where a
+  window is refined, its rows as emitted before (read back, exactly) retracted and
+  netted against the new ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
 
 from strata.model.schema import parse_ddl
 from strata.queries.programs import output_ddl
-from strata.queries.spark import answer, write_parquet
+from strata.queries.spark import answer, struct_type, write_parquet
 from strata.storage import fs
 from strata.storage.increments import Increment, row_count, write_table
 from strata.windows.outputs import time_of
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.query import WindowPlan
 
-EPOCH = "_e"  # the column of a cell naming the epoch that aggregated it
 _MERGES = {"add": F.sum, "least": F.min, "greatest": F.max}
-
-
-@dataclass(frozen=True)
-class Version:
-    """One result of a window to compute: ``sign`` +1 (its result now) or −1 (the
-    result emitted before, from the cells of epochs up to ``upto``), with the C2 summary
-    columns it goes out with."""
-
-    window: WindowId
-    sign: int
-    upto: int
-    summary: Mapping[str, Any]
 
 
 def cells_dir(directory: str, epoch: int, token: str) -> str:
     return fs.join(directory, f"cells-{epoch:08d}-{token}")
 
 
-def write_cells(lifted: DataFrame, path: str, epoch: int) -> None:
+def rows_dir(results_file: str) -> str:
+    """Where the windows a results file names keep their rows as emitted."""
+    return results_file.removesuffix(".parquet") + ".rows"
+
+
+def write_cells(lifted: DataFrame, path: str) -> None:
     """Write an epoch's cells (the lift per source, pane and group) into ``path``."""
-    write_parquet(lifted.withColumn(EPOCH, F.lit(epoch).cast("bigint")), path)
+    write_parquet(lifted, path)
 
 
 def rows_in(path: str) -> int:
@@ -74,47 +64,62 @@ def _parts(path: str) -> list[str]:
 
 
 def answer_windows(spark: SparkSession, plan: WindowPlan, cells_schema: Any,
-                   cell_dirs: Mapping[str, Sequence[int]], directory: str,
-                   versions: Sequence[Version], out_dir: str) -> Increment:
-    """Write the results of ``versions`` as changes into ``out_dir``: one Spark job
-    over the cells of their panes (``cell_dirs``: name under ``directory`` → [lowest,
-    highest] pane)."""
+                   cells: Sequence[str], windows: Mapping[WindowId, Mapping[str, Any]],
+                   rows_path: str) -> None:
+    """Write the results of ``windows`` (each with its C2 summary columns) into
+    ``rows_path``: one Spark job over ``cells``, the cell directories holding their
+    panes."""
     assert plan.group is not None
-    panes = {p for v in versions for p in window_panes(v.window)}
-    lo, hi = min(panes), max(panes)
-    dirs = [fs.join(directory, d) for d, (a, b) in sorted(cell_dirs.items())
-            if a <= hi and b >= lo]
-    schema = StructType([*cells_schema.fields, StructField(EPOCH, LongType())])
-    cells = (spark.read.schema(schema).parquet(*dirs) if dirs
-             else spark.createDataFrame([], schema))
-    cells = cells.where(F.col("_pane").between(lo, hi))
+    ids = list(windows)
+    panes = [p for w in ids for p in window_panes(w)]
+    read = (spark.read.schema(cells_schema).parquet(*cells) if cells
+            else spark.createDataFrame([], cells_schema))
+    read = read.where(F.col("_pane").between(min(panes), max(panes)))
     mapping = spark.createDataFrame(pa.table({
-        "_w": [i for i, v in enumerate(versions) for _ in window_panes(v.window)],
-        "_pane": [p for v in versions for p in window_panes(v.window)],
-        "_upto": [v.upto for v in versions for _ in window_panes(v.window)]},
-        schema=pa.schema([("_w", pa.int64()), ("_pane", pa.int64()), ("_upto", pa.int64())])))
-    joined = (cells.join(F.broadcast(mapping), "_pane").where(F.col(EPOCH) <= F.col("_upto"))
-              .drop("_src", "_pane", EPOCH, "_upto"))
+        "_w": [i for i, w in enumerate(ids) for _ in window_panes(w)], "_pane": panes},
+        schema=pa.schema([("_w", pa.int64()), ("_pane", pa.int64())])))
+    joined = read.join(F.broadcast(mapping), "_pane").drop("_src", "_pane")
     if not plan.group.node.keys:  # a total answers over no rows: a zero row per window
-        zero = spark.range(len(versions)).select(
+        zero = spark.range(len(ids)).select(
             F.col("id").alias("_w"), F.struct(F.lit(0).alias("_t")).alias("_g"),
             *[(F.lit(0) if p.name == "_cnt" else F.lit(None)).cast(
-                cells.schema[p.name].dataType).alias(p.name) for p in plan.group.parts])
+                read.schema[p.name].dataType).alias(p.name) for p in plan.group.parts])
         joined = joined.unionByName(zero)
     rows = answer(plan.group, _merged(plan, joined), spark, carry=("_w",))
-    out = rows.join(F.broadcast(_bounds(spark, plan, versions)), "_w")
+    out = rows.join(F.broadcast(_bounds(spark, plan, windows)), "_w")
+    write_parquet(out.select(*_result_casts(plan)), rows_path)
+
+
+def write_changes(spark: SparkSession, plan: WindowPlan, rows_path: str,
+                  refined: Mapping[WindowId, str], out_dir: str) -> Increment:
+    """The flow's changes into ``out_dir``: the rows in ``rows_path`` inserted, and the
+    ``refined`` windows' rows as emitted before (window → its rows' directory)
+    retracted, netted against them."""
     columns = plan.result_columns()
-    out = out.select(*[F.col(f"`{c}`").cast(t).alias(c) for c, t in columns.items()],
-                     F.col("_sign").cast("bigint").alias("_mult"))
-    if any(v.sign < 0 for v in versions):
-        out = _netted(out, list(columns))
+    ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
+    out = spark.read.schema(struct_type(ddl)).parquet(rows_path).withColumn(
+        "_mult", F.lit(1).cast("bigint"))
+    if refined:
+        at = time_of(plan)
+        bounds = spark.createDataFrame(pa.Table.from_pylist(
+            [{"window_start": at(w[0] * plan.width),
+              "window_end": at((w[0] + w[1]) * plan.width)} for w in refined],
+            parse_ddl(output_ddl({c: columns[c] for c in ("window_start", "window_end")})
+                      ).remove(2)))
+        old = (spark.read.schema(struct_type(ddl)).parquet(*sorted(set(refined.values())))
+               .join(F.broadcast(bounds), ["window_start", "window_end"], "left_semi")
+               .withColumn("_mult", F.lit(-1).cast("bigint")))
+        out = _netted(out.unionByName(old), list(columns))
     write_parquet(out, out_dir)
     files = _parts(out_dir)
     if not files:
-        empty = pa.Table.from_pylist([], parse_ddl(output_ddl(columns)))
         files = [fs.join(out_dir, "part-00000.parquet")]
-        write_table(files[0], empty)
+        write_table(files[0], pa.Table.from_pylist([], parse_ddl(output_ddl(columns))))
     return Increment(tuple(files), sum(map(row_count, files)), sum(map(fs.size_of, files)))
+
+
+def _result_casts(plan: WindowPlan) -> list[Any]:
+    return [F.col(f"`{c}`").cast(t).alias(c) for c, t in plan.result_columns().items()]
 
 
 def _merged(plan: WindowPlan, cells: DataFrame) -> DataFrame:
@@ -134,18 +139,17 @@ def _merged(plan: WindowPlan, cells: DataFrame) -> DataFrame:
     return out
 
 
-def _bounds(spark: SparkSession, plan: WindowPlan, versions: Sequence[Version]
-            ) -> DataFrame:
-    """A row per version: its id, sign, window bounds and C2 summary columns."""
+def _bounds(spark: SparkSession, plan: WindowPlan,
+            windows: Mapping[WindowId, Mapping[str, Any]]) -> DataFrame:
+    """A row per window: its index, bounds and C2 summary columns."""
     columns = plan.result_columns()
-    names = ["window_start", "window_end", *versions[0].summary]
+    names = ["window_start", "window_end", *next(iter(windows.values()))]
     fields = parse_ddl(output_ddl({c: columns[c] for c in names}))
     width, at = plan.width, time_of(plan)
-    rows = [{"_w": i, "_sign": v.sign, "window_start": at(v.window[0] * width),
-             "window_end": at((v.window[0] + v.window[1]) * width), **v.summary}
-            for i, v in enumerate(versions)]
-    schema = pa.schema([("_w", pa.int64()), ("_sign", pa.int64()),
-                        *(fields.field(n) for n in names)])
+    rows = [{"_w": i, "window_start": at(w[0] * width),
+             "window_end": at((w[0] + w[1]) * width), **summary}
+            for i, (w, summary) in enumerate(windows.items())]
+    schema = pa.schema([("_w", pa.int64()), *(fields.field(n) for n in names)])
     return spark.createDataFrame(pa.Table.from_pylist(rows, schema))
 
 

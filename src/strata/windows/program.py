@@ -45,7 +45,7 @@ from strata.storage.manifest import StateSnapshot
 from strata.windows import executors, outputs
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
 from strata.windows.driver_store import DriverPanes, cells_of, map_reduce_cells
-from strata.windows.panes import WindowId
+from strata.windows.panes import WindowId, window_panes
 from strata.windows.policies import (
     Ewma,
     closed_cells,
@@ -268,7 +268,7 @@ class WindowProgram(StageProgram):
         if not kept:
             return
         path = executors.cells_dir(ctx.layout.program_dir(FILES), ctx.epoch, ctx.token)
-        executors.write_cells(lifted, path, ctx.epoch)
+        executors.write_cells(lifted, path)
         ws.cell_files[path.rsplit("/", 1)[1]] = [min(p for _, p in kept),
                                                 max(p for _, p in kept)]
         self._cells_written = executors.rows_in(path)
@@ -404,47 +404,56 @@ class WindowProgram(StageProgram):
                                    outputs.board_changes(plan, ws.emitted, boards))
         if ws.store == "executors":
             result = self._answer_on_executors(ctx, ws, due, boards, lift_schema)
-            emitted = {w: Emitted([], boards[w], ctx.epoch) for w in due}
+            emitted = {w: Emitted([], boards[w]) for w in due}
         else:
             store = self._driver_panes(ws)
             rows = store.answers(ctx.spark, store.tables(due), lift_schema)
             result = outputs.write_rows(ctx, flow, plan.result_columns(),
                                         outputs.result_changes(plan, ws.emitted, rows, boards))
-            emitted = {w: Emitted(rows[w], boards[w], ctx.epoch) for w in due}
+            emitted = {w: Emitted(rows[w], boards[w]) for w in due}
         return {flow: result, self.board_flow: board}, emitted
 
     def _answer_on_executors(self, ctx: EpochContext, ws: WindowState,
                              due: Mapping[WindowId, tuple[str, int | None]],
                              boards: Mapping[WindowId, Scoreboard], lift_schema: Any
                              ) -> Increment:
-        """Answer the due windows in one Spark job over their cells; a refined window's
-        old result is retracted from the cells of epochs up to its emission."""
-        versions = []
-        for w in sorted(due):
-            versions.append(executors.Version(w, 1, ctx.epoch, summary_columns(boards[w])))
-            old = ws.emitted.get(w)
-            if old is not None:
-                versions.append(executors.Version(w, -1, old.epoch,
-                                                  summary_columns(old.board)))
-        out_dir = ctx.output_dir(self.result_flow)
-        if not versions:
-            return outputs.write_rows(ctx, self.result_flow, self.plan.result_columns(), [])
+        """Answer the due windows in one Spark job over their cells, keep their rows as
+        emitted, and write them as changes (a refined window's rows as emitted before
+        retracted)."""
+        plan, flow = self.plan, self.result_flow
+        if not due:
+            return outputs.write_rows(ctx, flow, plan.result_columns(), [])
+        directory = ctx.layout.program_dir(FILES)
+        panes = [p for w in due for p in window_panes(w)]
+        cells = [fs.join(directory, name) for name, (lo, hi) in sorted(ws.cell_files.items())
+                 if lo <= max(panes) and hi >= min(panes)]
+        kept_in = {tuple(w): name for name, ws_ in ws.result_files.items() for w in ws_}
+        refined = {w: fs.join(directory, executors.rows_dir(kept_in[w]))
+                   for w in due if w in ws.emitted}
+        rows_path = fs.join(directory, executors.rows_dir(self._results_name(ctx)))
         try:
-            return executors.answer_windows(ctx.spark, self.plan, lift_schema, ws.cell_files,
-                                            ctx.layout.program_dir(FILES), versions, out_dir)
+            executors.answer_windows(ctx.spark, plan, lift_schema, cells,
+                                     {w: summary_columns(boards[w]) for w in sorted(due)},
+                                     rows_path)
+            return executors.write_changes(ctx.spark, plan, rows_path, refined,
+                                           ctx.output_dir(flow))
         except StrataError:
             raise
         except Exception as e:
-            raise EpochError(f"window query {self.plan.query.name!r} could not answer "
+            raise EpochError(f"window query {plan.query.name!r} could not answer "
                              f"{len(due)} window(s) from their cells", stage=ctx.stage.name,
-                             epoch=ctx.epoch, flow=self.plan.query.flow,
+                             epoch=ctx.epoch, flow=plan.query.flow,
                              cause=spark_failure(e)) from e
+
+    @staticmethod
+    def _results_name(ctx: EpochContext) -> str:
+        return f"results-{ctx.epoch:08d}-{ctx.token}.parquet"
 
     def _record_results(self, ws: WindowState, directory: str, ctx: EpochContext,
                         emitted: dict[WindowId, Emitted]) -> None:
         if not emitted:
             return
-        name = f"results-{ctx.epoch:08d}-{ctx.token}.parquet"
+        name = self._results_name(ctx)
         write_results(fs.join(directory, name), emitted)
         for f in list(ws.result_files):
             ws.result_files[f] = [w for w in ws.result_files[f] if tuple(w) not in emitted]
@@ -494,15 +503,21 @@ class WindowProgram(StageProgram):
     @classmethod
     def state_bytes(cls, layout: StageLayout, state: Mapping[str, Any]) -> int:
         directory = layout.program_dir(FILES)
-        names = [*state.get("cell_files", {}), *state.get("result_files", {})]
-        return sum(fs.size_of(fs.join(directory, n)) for n in names)
+        return sum(fs.size_of(fs.join(directory, n)) for n in cls.live_files(state))
 
     @classmethod
     def collect_garbage(cls, layout: StageLayout, keep: StateSnapshot) -> None:
-        s = keep.state or {}
-        live = {*s.get("cell_files", {}), *s.get("result_files", {})}
+        live = cls.live_files(keep.state or {})
         directory = layout.program_dir(FILES)
         for name in fs.list_dir(directory):
             if name not in live:
                 fs.delete_quietly(fs.join(directory, name))
 
+    @staticmethod
+    def live_files(state: Mapping[str, Any]) -> set[str]:
+        """The files and directories the state names: cells, results and (on the
+        executors' store) the results' rows as emitted."""
+        results = state.get("result_files", {})
+        rows = {executors.rows_dir(n) for n in results} if state.get("store") == (
+            "executors") else set()
+        return {*state.get("cell_files", {}), *results, *rows}

@@ -9,10 +9,11 @@ the manifest's JSON names (``docs/windows.md``, "State"):
   has left every window that can still change.
   With the pane store on the executors, ``cells-<epoch>-<attempt>/`` is instead a
   directory of Parquet files Spark wrote: a row per cell with its group ``_g`` and its
-  parts as columns, and the epoch ``_e`` that aggregated it; the driver never reads it.
+  parts as columns; the driver never reads it.
 * ``results-<epoch>-<attempt>.parquet``: the windows the epoch emitted or refined, each
   window's result rows and its C2 scoreboard (pickled); the newest file naming a window
-  has its live result.
+  has its live result (on the executors' store, its rows are in
+  ``results-<epoch>-<attempt>.rows/``, Parquet Spark wrote).
 
 Work per epoch is proportional to the increment: only new cells are written.
 """
@@ -36,18 +37,16 @@ from strata.windows.panes import WindowId
 CELLS_SCHEMA = pa.schema([("source", pa.string()), ("pane", pa.int64()),
                           ("key", pa.binary()), ("state", pa.binary())])
 RESULTS_SCHEMA = pa.schema([("window", pa.list_(pa.int64())), ("rows", pa.binary()),
-                            ("board", pa.binary()), ("epoch", pa.int64())])
+                            ("board", pa.binary())])
 
 
 @dataclass
 class Emitted:
-    """A window's result as last emitted: its rows (dicts of the outputs; none kept when
-    the executors hold the panes: the rows are recomputed from the cells of epochs up to
-    ``epoch``), its C2 and the epoch that emitted it."""
+    """A window's result as last emitted: its rows (dicts of the outputs; on the
+    executors' store none: Spark keeps them, ``strata.windows.executors``) and its C2."""
 
     rows: list[dict]
     board: Scoreboard
-    epoch: int = 0
 
 
 @dataclass
@@ -110,8 +109,7 @@ def write_cells(path: str, cells: list[tuple[str, int, tuple, list]]) -> int:
 def write_results(path: str, windows: Mapping[WindowId, Emitted]) -> int:
     table = pa.table({"window": [list(w) for w in windows],
                       "rows": [pickle.dumps(e.rows, protocol=5) for e in windows.values()],
-                      "board": [pickle.dumps(e.board, protocol=5) for e in windows.values()],
-                      "epoch": [e.epoch for e in windows.values()]},
+                      "board": [pickle.dumps(e.board, protocol=5) for e in windows.values()]},
                      schema=RESULTS_SCHEMA)
     return write_table(path, table)
 
@@ -129,9 +127,8 @@ def read_cells(path: str) -> list[tuple[str, int, tuple, list]]:
 
 def read_results(path: str) -> dict[WindowId, Emitted]:
     t = _read(path).to_pydict()
-    epochs = t.get("epoch") or [0] * len(t["window"])  # files written before the column
-    return {(w[0], w[1]): Emitted(pickle.loads(r), pickle.loads(b), e or 0)
-            for w, r, b, e in zip(t["window"], t["rows"], t["board"], epochs, strict=True)}
+    return {(w[0], w[1]): Emitted(pickle.loads(r), pickle.loads(b))
+            for w, r, b in zip(t["window"], t["rows"], t["board"], strict=True)}
 
 
 def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> WindowState:
