@@ -62,7 +62,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -426,11 +427,16 @@ def make_method(name: str, ctx: Ctx) -> Method:
     return Stream(name, ctx)
 
 
-def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int
+def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int,
+                    around: Callable[[str, int], AbstractContextManager[dict]] | None = None
                     ) -> tuple[dict, dict, dict, dict]:
     """Increment by increment, every method in turn (so a change of machine load hits all of
     them alike). Returns rows per method, final counts, skipped methods (why) and the load
-    average around each method's steps."""
+    average around each method's steps. ``around(method, increment)``, if given, wraps each
+    step; the dict it yields, filled by the time it exits, is added to the step's row
+    (``benchmarks/scale.py`` measures the driver's memory so). A method that runs every
+    increment collects its final counts after the last increment's round of all methods,
+    so that collecting one method's counts does not weigh on another's step."""
     methods, rows, counts, skipped, loads = {}, {}, {}, {}, {}
 
     def drop(name: str, e: Exception) -> None:
@@ -456,8 +462,10 @@ def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int
                 continue
             l0 = os.getloadavg()[0]
             try:
-                row = methods[name].step(e, f)
-                if e == last:
+                with around(name, e) if around else nullcontext({}) as measured:
+                    row = methods[name].step(e, f)
+                row = {**row, **measured}
+                if e == last < len(files):
                     counts[name] = methods[name].finish()
             except Exception as ex:  # noqa: BLE001
                 drop(name, ex)
@@ -466,6 +474,12 @@ def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int
             rows.setdefault(name, []).append(row)
             log(f"[{name}] increment {e}: {row['seconds']:.2f} s"
                 + "".join(f", {k} {v}" for k, v in row.items() if k != "seconds"))
+    for name in list(methods):
+        if name not in counts and len(rows.get(name, ())) == len(files):
+            try:
+                counts[name] = methods[name].finish()
+            except Exception as ex:  # noqa: BLE001
+                drop(name, ex)
     return rows, counts, skipped, loads
 
 

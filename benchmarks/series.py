@@ -119,10 +119,12 @@ def zipf(rng: np.random.Generator, n: int, size: int, a: float = 1.2) -> np.ndar
     return rng.choice(n, size=size, p=p / p.sum())
 
 
-def segments(cfg: dict, tmp: Path, seed: int) -> dict[str, list[str]]:
-    """The days' segments, the same rows as Parquet and as CSV: ``{format: paths}``."""
+def segments(cfg: dict, tmp: Path, seed: int,
+             formats: tuple[str, ...] = ("parquet", "csv")) -> dict[str, list[str]]:
+    """The days' segments, the same rows as Parquet and as CSV (or only the ``formats``
+    given): ``{format: paths}``."""
     rng = np.random.default_rng(seed)
-    out: dict[str, list[str]] = {"parquet": [], "csv": []}
+    out: dict[str, list[str]] = {f: [] for f in formats}
     for d in range(1, cfg["days"] + 1):
         n = cfg["rows"]
         table = pa.table({
@@ -133,10 +135,9 @@ def segments(cfg: dict, tmp: Path, seed: int) -> dict[str, list[str]]:
             "E": (zipf(rng, 10, n, 0.8) + 1).astype(np.int64),
         })
         path = tmp / f"day-{d:02d}"
-        pq.write_table(table, f"{path}.parquet")
-        pcsv.write_csv(table, f"{path}.csv")
-        out["parquet"].append(f"{path}.parquet")
-        out["csv"].append(f"{path}.csv")
+        for fmt in formats:
+            (pq.write_table if fmt == "parquet" else pcsv.write_csv)(table, f"{path}.{fmt}")
+            out[fmt].append(f"{path}.{fmt}")
     return out
 
 
@@ -228,11 +229,14 @@ def run_strata(spark, metrics, files: list[str], home: Path, groups: list[list[s
                         c.ingest("log", [files[n - 1]])
                         driver_read += segment
                         driver_written += c.stored_increments("log")[-1][1].bytes
+                t1 = time.perf_counter()
                 for c in controllers:
                     for report in c.run():
                         driver_written += report.metrics["driver_bytes_written"]
                         driver_read += report.metrics.get("driver_bytes_read", 0)
+                run_seconds = time.perf_counter() - t1
             days.append({"day": n, "seconds": round(time.perf_counter() - t0, 3),
+                         "run_seconds": round(run_seconds, 3),  # the epochs, ingest apart
                          "segment_bytes": segment, **io_of(m, driver_written, driver_read)})
         answers = {nm: {e: c.read_flow(nm, e).to_pylist() for e, _ in c.stored_increments(nm)}
                    for c, names in zip(controllers, groups, strict=True) for nm in names}
