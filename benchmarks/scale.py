@@ -87,7 +87,7 @@ ISSUE_SIZES = {  # issue 54, item 5: where the full sizes above are smaller, the
 }
 URL_METHODS = ["strata_direct", "strata_vectorized", "strata_query", "ss_builtin_count",
                "full_recompute"]
-STRATA_URL_ROUTES = ("strata_direct", "strata_vectorized", "strata_query")
+URL_ROUTES_OF_STRATA = ("strata_direct", "strata_vectorized", "strata_query")
 # (comparison, bound) of each summary figure (issue 54)
 TARGETS = {
     "urlcount_direct_over_ss_jvm": ("<=", 0.7),
@@ -260,15 +260,15 @@ def summarize_urlcount(u: dict) -> dict:
     ss = med.get("ss_builtin_count")
     out = {f"urlcount_{m.removeprefix('strata_')}_over_ss_jvm": entry(
         f"urlcount_{m.removeprefix('strata_')}_over_ss_jvm", _ratio(med.get(m), ss))
-        for m in STRATA_URL_ROUTES}
+        for m in URL_ROUTES_OF_STRATA}
     # increment 2 (state of the first increment's URLs) against the last (the most state)
     state = {"state_urls_smallest": stats[0]["urls_so_far"],
              "state_urls_largest": stats[-2]["urls_so_far"] if len(stats) > 1 else None}
     growth = {m: _ratio(rows[m][-1]["seconds"], rows[m][1]["seconds"])
-              for m in STRATA_URL_ROUTES if len(rows.get(m, ())) > 1}
+              for m in URL_ROUTES_OF_STRATA if len(rows.get(m, ())) > 1}
     rss = {m: {k: _ratio(rows[m][-1][k], rows[m][1][k])
                for k in ("python_rss_peak", "jvm_rss_peak", "driver_rss_peak")}
-           for m in STRATA_URL_ROUTES if len(rows.get(m, ())) > 1}
+           for m in URL_ROUTES_OF_STRATA if len(rows.get(m, ())) > 1}
     state["state_growth"] = _ratio(state["state_urls_largest"], state["state_urls_smallest"])
     out["urlcount_epoch_growth_state_x16"] = entry(
         "urlcount_epoch_growth_state_x16", max(growth.values(), default=None),
@@ -344,7 +344,7 @@ def plot(result: dict, path: str) -> None:
     if u := result.get("urlcount"):
         for m, xs in u["per_increment_seconds"].items():
             axes[0][0].plot(range(1, len(xs) + 1), xs, marker="o", label=m)
-            if m in STRATA_URL_ROUTES:
+            if m in URL_ROUTES_OF_STRATA:
                 axes[0][1].plot(range(1, len(xs) + 1),
                                 [r["python_rss_peak"] / 2**20 for r in u["per_increment"][m]],
                                 marker="o", label=f"{m} (Python driver)")
