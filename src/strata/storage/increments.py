@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from strata.model.schema import records_of
-from strata.storage.fs import resolve
+from strata.storage.fs import join, list_dir, resolve, size_of
 from strata.storage.table_cache import TableCache
 
 
@@ -115,6 +115,13 @@ def row_count(uri: str) -> int:
         return hit.num_rows
     fsys, path = resolve(uri)
     return pq.read_metadata(path, filesystem=fsys).num_rows
+
+
+def written_increment(directory: str) -> Increment:
+    """The increment of the Parquet files Spark wrote into ``directory`` (``part-*``):
+    their rows from the footers and their bytes, with no Spark job."""
+    files = [join(directory, f) for f in sorted(list_dir(directory)) if f.startswith("part-")]
+    return Increment(tuple(files), sum(map(row_count, files)), sum(map(size_of, files)))
 
 
 def _read_file(uri: str, cache: bool, names: Sequence[str]) -> pa.Table:

@@ -32,8 +32,8 @@ from strata.model.schema import parse_ddl
 from strata.queries.programs import output_ddl
 from strata.queries.spark import answer, struct_type, write_parquet
 from strata.storage import fs
-from strata.storage.increments import Increment, row_count, write_table
-from strata.windows.outputs import time_of
+from strata.storage.increments import Increment, write_table, written_increment
+from strata.windows.outputs import window_bounds
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.query import WindowPlan
 
@@ -52,15 +52,6 @@ def rows_dir(results_file: str) -> str:
 def write_cells(lifted: DataFrame, path: str) -> None:
     """Write an epoch's cells (the lift per source, pane and group) into ``path``."""
     write_parquet(lifted, path)
-
-
-def rows_in(path: str) -> int:
-    """The rows of the Parquet files Spark wrote into ``path`` (from their footers)."""
-    return sum(row_count(f) for f in _parts(path))
-
-
-def _parts(path: str) -> list[str]:
-    return [fs.join(path, f) for f in sorted(fs.list_dir(path)) if f.startswith("part-")]
 
 
 def answer_windows(spark: SparkSession, plan: WindowPlan, cells_schema: Any,
@@ -100,10 +91,8 @@ def write_changes(spark: SparkSession, plan: WindowPlan, rows_path: str,
     out = spark.read.schema(struct_type(ddl)).parquet(rows_path).withColumn(
         "_mult", F.lit(1).cast("bigint"))
     if refined:
-        at = time_of(plan)
         bounds = spark.createDataFrame(pa.Table.from_pylist(
-            [{"window_start": at(w[0] * plan.width),
-              "window_end": at((w[0] + w[1]) * plan.width)} for w in refined],
+            [window_bounds(plan, w) for w in refined],
             parse_ddl(output_ddl({c: columns[c] for c in ("window_start", "window_end")})
                       ).remove(2)))
         old = (spark.read.schema(struct_type(ddl)).parquet(*sorted(set(refined.values())))
@@ -111,11 +100,11 @@ def write_changes(spark: SparkSession, plan: WindowPlan, rows_path: str,
                .withColumn("_mult", F.lit(-1).cast("bigint")))
         out = _netted(out.unionByName(old), list(columns))
     write_parquet(out, out_dir)
-    files = _parts(out_dir)
-    if not files:
-        files = [fs.join(out_dir, "part-00000.parquet")]
-        write_table(files[0], pa.Table.from_pylist([], parse_ddl(output_ddl(columns))))
-    return Increment(tuple(files), sum(map(row_count, files)), sum(map(fs.size_of, files)))
+    written = written_increment(out_dir)
+    if not written.files:
+        empty = pa.Table.from_pylist([], parse_ddl(output_ddl(columns)))
+        write_table(fs.join(out_dir, "part-00000.parquet"), empty)
+    return written_increment(out_dir)
 
 
 def _result_casts(plan: WindowPlan) -> list[Any]:
@@ -145,9 +134,7 @@ def _bounds(spark: SparkSession, plan: WindowPlan,
     columns = plan.result_columns()
     names = ["window_start", "window_end", *next(iter(windows.values()))]
     fields = parse_ddl(output_ddl({c: columns[c] for c in names}))
-    width, at = plan.width, time_of(plan)
-    rows = [{"_w": i, "window_start": at(w[0] * width),
-             "window_end": at((w[0] + w[1]) * width), **summary}
+    rows = [{"_w": i, **window_bounds(plan, w), **summary}
             for i, (w, summary) in enumerate(windows.items())]
     schema = pa.schema([("_w", pa.int64()), *(fields.field(n) for n in names)])
     return spark.createDataFrame(pa.Table.from_pylist(rows, schema))

@@ -30,10 +30,15 @@ def time_of(plan: WindowPlan) -> Callable[[int], Any]:
     return lambda units: units
 
 
-def _bounded(plan: WindowPlan, w: WindowId, rows: list[dict]) -> list[dict]:
+def window_bounds(plan: WindowPlan, w: WindowId) -> dict[str, Any]:
+    """The window's ``window_start`` and ``window_end`` columns."""
     at = time_of(plan)
-    bounds = {"window_start": at(w[0] * plan.width),
-              "window_end": at((w[0] + w[1]) * plan.width)}
+    return {"window_start": at(w[0] * plan.width),
+            "window_end": at((w[0] + w[1]) * plan.width)}
+
+
+def _bounded(plan: WindowPlan, w: WindowId, rows: list[dict]) -> list[dict]:
+    bounds = window_bounds(plan, w)
     return [{**bounds, **r} for r in rows]
 
 

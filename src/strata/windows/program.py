@@ -40,7 +40,7 @@ from strata.physical.small_epochs import conf_of, fits_driver
 from strata.queries.spark import lift, row_exprs, struct_type
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import Increment
+from strata.storage.increments import Increment, written_increment
 from strata.storage.manifest import StateSnapshot
 from strata.windows import executors, outputs
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
@@ -271,7 +271,7 @@ class WindowProgram(StageProgram):
         executors.write_cells(lifted, path)
         ws.cell_files[path.rsplit("/", 1)[1]] = [min(p for _, p in kept),
                                                 max(p for _, p in kept)]
-        self._cells_written = executors.rows_in(path)
+        self._cells_written = written_increment(path).records
 
     def _stats(self, ctx: EpochContext, frame: DataFrame, rows: list[dict]
                ) -> dict[CellKey, tuple[int, int, int]]:

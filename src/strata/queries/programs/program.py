@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from strata.model.errors import StrataError
 from strata.model.schema import parse_ddl
@@ -31,7 +30,7 @@ from strata.queries.spark.frames import run_all, struct_type, write_parquet
 from strata.queries.spark.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
-from strata.storage.increments import Increment, read_records, write_table
+from strata.storage.increments import read_records, write_table, written_increment
 from strata.storage.manifest import StateSnapshot
 
 ANSWER = "answer"  # the table holding a query's answer when its root is not a group-by
@@ -114,11 +113,7 @@ class QueryProgram(StageProgram):
                 run.release()
         finally:
             set_confs(spark, previous)
-        files = [fs.join(out_dir, f) for f in sorted(fs.list_dir(out_dir))
-                 if f.startswith("part-")]
-        rows = sum(pq.read_metadata(path, filesystem=fsys).num_rows
-                   for fsys, path in map(fs.resolve, files))
-        outputs = {self.output: Increment(tuple(files), rows, sum(fs.size_of(f) for f in files))}
+        outputs = {self.output: written_increment(out_dir)}
         return EpochOutcome(outputs, {"tables": tables.commit_files(),
                                       "answer": self.answer_spec()}, n)
 
