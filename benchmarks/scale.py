@@ -71,13 +71,13 @@ FULL = {
     "series": {**ser.FULL, "rows": 2_000_000, "cli_days": 5, "partitions": 4},
 }
 QUICK = {
-    "urlcount": {"records": 5_000, "keys": 100_000, "increments": 3, "skew": 0.9,
+    "urlcount": {"records": 5_000, "keys": 100_000, "increments": 2, "skew": 0.9,
                  "partitions": 2},
     "windows": {"rows": 4_000, "increments": 2, "urls": 2_000, "urls_small": 200,
-                "users": 500, "minutes": 5, "shed_increments": 3, "shed_rows": 4_000,
+                "users": 500, "minutes": 5, "shed_increments": 2, "shed_rows": 4_000,
                 "partitions": 2},
-    # a cold `strata run` takes about 20 s even at these sizes: one day from the shell
-    "series": {**ser.QUICK, "days": 3, "week": 3, "rows": 10_000, "cli_days": 1,
+    # no day from the shell: each cold `strata` process costs 10-20 s even at these sizes
+    "series": {**ser.QUICK, "days": 3, "week": 3, "rows": 10_000, "cli_days": 0,
                "partitions": 2},
 }
 ISSUE_SIZES = {  # issue 54, item 5: where the full sizes above are smaller, these did not fit
@@ -230,15 +230,16 @@ def section_series(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int, *
     original = ser.run_original(spark, metrics, files, tmp, cache_by_hand=False)
     log("series: strata full, segments by reference")
     full, answers = ser.run_strata(spark, metrics, files, tmp / "full", [names], parts)
-    log(f"series: {p['cli_days']} days from the shell")
-    shell = series_from_shell(files[:p["cli_days"]], tmp / "shell", dict(ser.SERIES), ser.DDL,
-                              master=master, partitions=parts, confs=confs, log=log)
-    shell_answers = answers_of(tmp / "shell", spark)
-    match = {"full": ser.check_answers(files, answers),
-             "shell": ser.check_answers(files, shell_answers)}
-    warm = statistics.median(d["run_seconds"] for d in full[:p["cli_days"]])
+    match = {"full": ser.check_answers(files, answers)}
+    shell, warm = None, None
+    if p["cli_days"]:
+        log(f"series: {p['cli_days']} days from the shell")
+        shell = series_from_shell(files[:p["cli_days"]], tmp / "shell", dict(ser.SERIES),
+                                  ser.DDL, master=master, partitions=parts, confs=confs, log=log)
+        match["shell"] = ser.check_answers(files, answers_of(tmp / "shell", spark))
+        warm = round(statistics.median(d["run_seconds"] for d in full[:p["cli_days"]]), 3)
     return {"original": original, "full": full, "shell": shell, "answers_match_duckdb": match,
-            "warm_median_run_seconds_same_days": round(warm, 3),
+            "warm_median_run_seconds_same_days": warm,
             "totals": {n: {k: ser.total(d, k) for k in ("read", "shuffled", "written", "io",
                                                         "seconds")}
                        for n, d in (("original", original), ("full", full))}}
@@ -303,14 +304,18 @@ def summarize_series(s: dict) -> dict:
     orig, full = s["original"], s["full"]
     io = _ratio(ser.total(full, "io"), ser.total(orig, "io"))
     secs = _ratio(ser.total(full[1:], "seconds"), ser.total(orig[1:], "seconds"))
-    cli = _ratio(s["shell"]["median_run_seconds"], s["warm_median_run_seconds_same_days"])
+    shell = s["shell"]
+    cli = None if shell is None else _ratio(shell["median_run_seconds"],
+                                            s["warm_median_run_seconds_same_days"])
+    not_run = {"not_run": "no day from the shell (cli_days 0)"} if shell is None else {}
     return {"series_parquet_io_over_original": entry("series_parquet_io_over_original", io),
             "series_parquet_seconds_over_original": entry(
                 "series_parquet_seconds_over_original", secs, days="2..n (day 1 starts Spark)"),
             "series_cli_run_over_warm_epoch": entry(
                 "series_cli_run_over_warm_epoch", cli,
                 measure="median wall seconds of `strata run` per day from the shell / "
-                        "median seconds of the same days' epochs in the warm process")}
+                        "median seconds of the same days' epochs in the warm process",
+                **not_run)}
 
 
 def summarize(result: dict) -> dict:
@@ -365,7 +370,7 @@ def plot(result: dict, path: str) -> None:
         for name in ("original", "full"):
             axes[1][1].plot([d["day"] for d in s[name]], [d["seconds"] for d in s[name]],
                             marker="o", label=f"{name}: seconds per day")
-        days = s["shell"]["days"]
+        days = s["shell"]["days"] if s["shell"] else []
         axes[1][1].plot([d["day"] for d in days], [d["run_seconds"] for d in days],
                         marker="s", label="`strata run` from the shell")
     axes[1][1].set(title="series over Parquet segments by reference", xlabel="day")

@@ -32,8 +32,11 @@ def spark():
 
     # Spark's event log, from which strata.observability.spark_metrics reads job metrics
     events = tempfile.mkdtemp(prefix="strata-test-events-")
+    # Spark's 200 shuffle partitions (with the adaptive coalescing strata's sessions turn
+    # off) make each shuffle of the tests' own Spark SQL, such as their recomputations,
+    # 200 tasks over a few rows; strata sets its epochs' partitions itself
     session = get_spark("local[2]", app_name="strata-tests", event_log_dir=events,
-                        spark_driver_memory="2g")
+                        spark_driver_memory="2g", spark_sql_shuffle_partitions="4")
     yield session
     session.stop()
     shutil.rmtree(events, ignore_errors=True)

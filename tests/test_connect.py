@@ -391,7 +391,7 @@ SOURCES = "from strata import Dataflow\n\ndataflow = Dataflow({name!r})\n" \
     "dataflow.source('log', {ddl!r})\n"
 
 
-@pytest.mark.parametrize("store", ["driver", "executors"])
+@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"])
 def test_a_window_query_runs_over_spark_connect_like_on_classic_spark(connect_url,
                                                                        tmp_path, store):
     """A window stage's lift is a DataFrame aggregation: over Connect (the pane store in

@@ -127,7 +127,9 @@ def test_ingest_by_reference_from_the_cli(spark, tmp_path):
     assert status["referenced_files"] == []  # read and consumed: the file is free again
 
 
-@pytest.mark.parametrize("crash_at", ["ingest-before-commit", "after-spark-commit"])
+# after-spark-commit with plain increments: tests/test_recovery.py; here in the slow tier
+@pytest.mark.parametrize("crash_at", ["ingest-before-commit",
+                                      pytest.param("after-spark-commit", marks=pytest.mark.slow)])
 def test_kill_9_with_a_referenced_file_loses_nothing_and_leaves_it_alone(spark, tmp_path,
                                                                          crash_at):
     """``strata ingest --by-reference`` killed before its commit records nothing; ``strata

@@ -91,7 +91,9 @@ def test_demo_with_a_file_uri_home(spark, tmp_path):
     assert sorted(os.listdir(tmp_path / "demo")) == ["flows", "inbox", "state"]
 
 
-@pytest.mark.parametrize("point", ["after-spark-commit:3", "inside-apply:2"])
+# inside-apply is killed on a plain home in tests/test_recovery.py; here in the slow tier
+@pytest.mark.parametrize("point", ["after-spark-commit:3",
+                                   pytest.param("inside-apply:2", marks=pytest.mark.slow)])
 def test_kill_9_on_a_uri_home_with_the_catalog_elsewhere(spark, tmp_path, point):
     """Killed with SIGKILL mid-run, the run after it recovers to an uninterrupted run's
     result (outputs by epoch and state), on a file:// home with the catalog elsewhere."""

@@ -119,11 +119,13 @@ def run_with_fault(cluster: Cluster, tmp_path: Path, victim) -> dict[str, int]:
     return found
 
 
+@pytest.mark.slow  # Spark retries the task; the worker test below loses more
 def test_a_killed_python_worker_is_retried(cluster, tmp_path):
     found = run_with_fault(cluster, tmp_path, kill9)
     assert any(k.startswith("failed tasks") for k in found), found
 
 
+@pytest.mark.slow  # a lighter case of losing a whole worker (below)
 def test_a_killed_executor_is_replaced(cluster, tmp_path):
     def kill_executor(python_pid: int) -> None:
         [executor] = [p for p in ancestors(python_pid)

@@ -50,7 +50,7 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
 
 
 @pytest.mark.usefixtures("store")
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), slide=st.integers(1, 4), ratio=st.integers(1, 4),
        hosts=st.integers(1, 3), deadline=st.sampled_from([None, 0, 3]),
        invertible=st.booleans())
