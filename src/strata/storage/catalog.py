@@ -18,8 +18,9 @@ Tables:
                        recorded with the epoch (:class:`OperatorStats`)
 
 Every change is one SQLite transaction, so a crash leaves the catalog as it was before or
-after it, never in between. This is the only module that speaks SQL: its methods are
-named by what they mean to the controller.
+after it, never in between. This is the only module that speaks SQL (its schema is in
+:mod:`strata.storage.catalog_schema`): its methods are named by what they mean to the
+controller.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from strata.faults import crashpoint
+from strata.storage.catalog_schema import INCREMENTS, SCHEMA, UPGRADE_INCREMENTS
 from strata.storage.increments import Increment
 from strata.storage.operator_stats import COLUMNS as OPERATOR_COLUMNS
 from strata.storage.operator_stats import OperatorStats
@@ -50,59 +52,6 @@ class IncrementKind(StrEnum):
 
 
 STORED = (IncrementKind.INGEST, IncrementKind.OUTPUT)  # what users read back
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS flows (
-    name TEXT PRIMARY KEY, schema TEXT NOT NULL, producer TEXT, external INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS connectors (
-    flow TEXT NOT NULL, consumer TEXT NOT NULL,
-    framing_state BLOB, open_frame TEXT, frames_cut INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (flow, consumer));
-CREATE TABLE IF NOT EXISTS queue (
-    flow TEXT NOT NULL, consumer TEXT NOT NULL, pos INTEGER NOT NULL,
-    increment INTEGER NOT NULL REFERENCES increments(id), framed INTEGER NOT NULL,
-    PRIMARY KEY (flow, consumer, pos));
-CREATE TABLE IF NOT EXISTS stages (
-    name TEXT PRIMARY KEY, epochs INTEGER NOT NULL DEFAULT 0,
-    runnable_state BLOB, last_run REAL);
-CREATE TABLE IF NOT EXISTS registered_stages (
-    name TEXT PRIMARY KEY, kind TEXT NOT NULL, program TEXT NOT NULL,
-    version INTEGER NOT NULL, spec BLOB NOT NULL, description TEXT NOT NULL,
-    created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS wal (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL, epoch INTEGER NOT NULL,
-    intent TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS operator_stats (
-    stage TEXT NOT NULL, epoch INTEGER NOT NULL, operator TEXT NOT NULL, segment INTEGER,
-    rows_in INTEGER, rows_out INTEGER, bytes_in INTEGER, bytes_out INTEGER, seconds REAL,
-    PRIMARY KEY (stage, epoch, operator));
-CREATE TABLE IF NOT EXISTS referenced_files (
-    flow TEXT NOT NULL, file TEXT NOT NULL, ingest INTEGER NOT NULL,
-    PRIMARY KEY (flow, file));
-"""
-INCREMENTS = """
-CREATE TABLE IF NOT EXISTS {name} (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    flow TEXT NOT NULL, kind TEXT NOT NULL, producer TEXT NOT NULL, epoch INTEGER NOT NULL,
-    framing_key TEXT, files TEXT NOT NULL, records INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    created REAL NOT NULL, retained INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (kind, producer, flow, epoch));
-"""
-# Catalogs written before increments had a kind told them apart by their producer:
-# "ingest", "ingest:end", "frame:<consumer>" or a stage's name.
-_UPGRADE_INCREMENTS = """
-INSERT INTO increments_new (id, flow, kind, producer, epoch, framing_key, files, records,
-                            bytes, created, retained)
-SELECT id, flow,
-       CASE WHEN producer = 'ingest' THEN 'ingest'
-            WHEN producer = 'ingest:end' THEN 'end-of-frame'
-            WHEN producer LIKE 'frame:%' THEN 'frame' ELSE 'output' END,
-       CASE WHEN producer IN ('ingest', 'ingest:end') THEN ''
-            WHEN producer LIKE 'frame:%' THEN substr(producer, 7) ELSE producer END,
-       epoch, framing_key, files, records, bytes, created, retained
-FROM increments
-"""
 
 
 @dataclass(frozen=True)
@@ -186,7 +135,7 @@ class Catalog:
                 db.execute(INCREMENTS.format(name="increments"))
             elif "kind" not in cols:
                 db.execute(INCREMENTS.format(name="increments_new"))
-                db.execute(_UPGRADE_INCREMENTS)
+                db.execute(UPGRADE_INCREMENTS)
                 db.execute("DROP TABLE increments")
                 db.execute("ALTER TABLE increments_new RENAME TO increments")
 
