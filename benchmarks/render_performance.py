@@ -92,9 +92,14 @@ def render_one(name: str, result: dict) -> str:
     commit = run.get("commit")
     if commit and run.get("dirty"):
         commit += " (with uncommitted changes)"
-    command = (f"`.venv/bin/python benchmarks/{name}.py --json benchmarks/results/{name}.json"
-               f" --plot benchmarks/results/{name}.png`"
-               if (ROOT / "benchmarks" / f"{name}.py").exists() else NOT_RECORDED)
+    recorded = run.get("command")  # as the run was given, if its file records it
+    if recorded:
+        command = f"`.venv/bin/python benchmarks/{recorded.removeprefix('benchmarks/')}`"
+    elif (ROOT / "benchmarks" / f"{name}.py").exists():
+        command = (f"`.venv/bin/python benchmarks/{name}.py --json benchmarks/results/"
+                   f"{name}.json --plot benchmarks/results/{name}.png`")
+    else:
+        command = NOT_RECORDED
     lines = [
         f"### {name}", "",
         f"- command: {command}",
