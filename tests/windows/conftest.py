@@ -6,21 +6,6 @@ import pytest
 
 from strata import config
 
-# `make test` runs these over the executors' store only (the store for data the driver
-# cannot hold; small stages elsewhere in the suite run on the driver's): their driver
-# variants are in the slow tier
-HEAVY = frozenset({"test_kill_9_inside_window_epochs",
-                   "test_random_windows_equal_duckdb_over_their_c2_cells",
-                   "test_complete_results_are_final_under_out_of_order_arrival"})
-
-
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items):
-    for item in items:
-        spec = getattr(item, "callspec", None)
-        if spec and spec.params.get("store") == "driver" and item.originalname in HEAVY:
-            item.add_marker(pytest.mark.slow)
-
 
 @pytest.fixture(params=["driver", "executors"])
 def store(request, spark):

@@ -11,6 +11,7 @@ from collections import Counter
 
 import duckdb
 import pandas as pd
+import pytest
 
 from strata import Dataflow
 from strata.controller import Controller
@@ -71,6 +72,9 @@ def _rows(rows: list[dict]) -> Rows:
     return Rows((r["url"], r["n"], r["total"], r["biggest"], r["users"]) for r in rows)
 
 
+# over the executors' store in `make test`; the driver's store too in the slow tier
+@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
+                         indirect=True)
 def test_complete_results_are_final_under_out_of_order_arrival(spark, store, tmp_path, caplog):
     raw, delayed = _disordered(seed=21)
     assert delayed >= 2

@@ -27,6 +27,9 @@ WINDOW_POINTS = ["windows-after-cells:2", "between-manifest-and-current:1"]
 FLOWS = ("w_windows", "w_c2")
 
 
+# over the executors' store in `make test`; the driver's store too in the slow tier
+@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
+                         indirect=True)
 @pytest.mark.parametrize("points", [
     pytest.param(WINDOW_POINTS, id="own-points"),
     pytest.param(POINTS, id="all-points", marks=pytest.mark.slow)])

@@ -49,6 +49,9 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
         yield c, checked, metrics
 
 
+# over the executors' store in `make test`; the driver's store too in the slow tier
+@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
+                         indirect=True)
 @pytest.mark.usefixtures("store")
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), slide=st.integers(1, 4), ratio=st.integers(1, 4),
