@@ -12,8 +12,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 # the 1-minute load when the benchmark imported this module, i.e. as it started
@@ -36,6 +36,29 @@ def parser(doc: str, *, seed: int | None = None, partitions: int = 2,
     if seed is not None:
         ap.add_argument("--seed", type=int, default=seed)
     return ap
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STATE_STORE_CONF = "spark.sql.streaming.stateStore.providerClass"
+
+
+@contextmanager
+def session_conf(spark, key: str, value: str | None) -> Iterator[None]:
+    """Set ``key`` to ``value`` in ``spark``'s conf for the block (``None``: leave it as
+    it is), then restore what it was: e.g. the state store provider of a streaming query,
+    which Spark fixes when the query starts."""
+    if value is None:
+        yield
+        return
+    saved = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if saved is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, saved)
 
 
 def save(fig, path: str, **layout) -> None:

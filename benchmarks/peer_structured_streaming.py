@@ -71,7 +71,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import emit, event_log_dir, save  # benchmarks/common.py (this script's folder)
+
+# benchmarks/common.py (this script's folder)
+from common import ROCKSDB, STATE_STORE_CONF, emit, event_log_dir, save, session_conf
 
 # slow_increments: the Python-UDF streams (SLOW) run only the first this many increments
 FULL = {"records": 200_000, "keys": 2_000_000, "increments": 10, "slow_increments": 3}
@@ -87,8 +89,6 @@ TARGET_VS_BUILTIN = 1.0  # strata direct at most this many times the built-in co
 TARGET_VECTORIZED = 0.6  # the vectorized translate, same ratio
 TARGET_QUERY = 0.7  # the URL count as a strata query, same ratio
 QUERY = "SELECT url, count(*) AS count FROM urls GROUP BY url"
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 COUNT_SCHEMA = "url string, count long"
 POLLING_DELAY = "50ms"
 
@@ -358,19 +358,12 @@ class Stream(Method):
         stream = (spark.readStream.schema("url string").option("maxFilesPerTrigger", 1)
                   .parquet(str(self.watch)))
         # the state store provider is fixed when the query starts (its session is a clone)
-        saved = spark.conf.get(PROVIDER_CONF, None)
-        if kind.startswith("ss_transform_with_state"):
-            spark.conf.set(PROVIDER_CONF, ROCKSDB)
-        try:
+        rocksdb = ROCKSDB if kind.startswith("ss_transform_with_state") else None
+        with session_conf(spark, STATE_STORE_CONF, rocksdb):
             self.query = (_counting(kind, stream).writeStream.outputMode("update")
                           .foreachBatch(sink)
                           .option("checkpointLocation", str(base / "checkpoint"))
                           .queryName(kind).start())
-        finally:
-            if saved is None:
-                spark.conf.unset(PROVIDER_CONF)
-            else:
-                spark.conf.set(PROVIDER_CONF, saved)
         self.shuffled = 0
 
     def step(self, e: int, file: Path) -> dict:

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from common import STATE_STORE_CONF, session_conf  # benchmarks/common.py (this folder)
 
 SCHEMA = "ts timestamp, source string, url string, bytes bigint"
 KEYS = ["window_start", "window_end", "url"]
@@ -64,6 +65,14 @@ def _shaped(t: pa.Table) -> pa.Table:
                     schema=RESULT_SCHEMA).sort_by([(k, "ascending") for k in KEYS])
 
 
+class FeedTimedOut(RuntimeError):
+    """An increment took the stream longer than the caller would wait; the query is stopped."""
+
+    def __init__(self, name: str, increment: str, seconds: float) -> None:
+        super().__init__(f"{name}: {increment} not processed within {seconds:g} s")
+        self.increment, self.seconds = increment, seconds
+
+
 class SparkWindowStream:
     """One Structured Streaming query: a Parquet file stream (one file per increment) of
     records (ts timestamp, source string, url string, bytes bigint; ts a Parquet
@@ -79,11 +88,14 @@ class SparkWindowStream:
     batch as two executions: the outer lists an Expand without values; the nested
     foreachBatch write, with jobs, has them.) A tumbling window (range == slide) has no
     Expand: ``expand_output_rows`` is then the rows entering the aggregation (one per input
-    row with a timestamp) and ``expand_in_plan`` is False.
+    row with a timestamp) and ``expand_in_plan`` is False. ``state_store`` names the state
+    store provider class (default: the session's, i.e. Spark's in-memory HDFS-backed one;
+    ``common.ROCKSDB`` for state the JVM heap does not hold well).
     """
 
     def __init__(self, spark: Any, workdir: str, range_seconds: int, slide_seconds: int,
-                 name: str, watermark_seconds: int | None = None) -> None:
+                 name: str, watermark_seconds: int | None = None,
+                 state_store: str | None = None) -> None:
         from pyspark.sql import functions as F
 
         self.name, self.base = name, Path(workdir)
@@ -98,9 +110,10 @@ class SparkWindowStream:
                .parquet(str(self.watch)).withWatermark("ts", f"{delay} seconds")
                .groupBy(window.alias("window"), "url")
                .agg(F.count(F.lit(1)).alias("count"), F.avg("bytes").alias("avg_bytes")))
-        self.query = (agg.writeStream.outputMode("update").foreachBatch(self._sink)
-                      .option("checkpointLocation", str(self.base / "checkpoint"))
-                      .queryName(name).start())
+        with session_conf(spark, STATE_STORE_CONF, state_store):  # fixed at start
+            self.query = (agg.writeStream.outputMode("update").foreachBatch(self._sink)
+                          .option("checkpointLocation", str(self.base / "checkpoint"))
+                          .queryName(name).start())
 
     def _sink(self, batch: Any, batch_id: int) -> None:
         """Write the micro-batch's updated windows; keep the execution that produced them."""
@@ -114,21 +127,22 @@ class SparkWindowStream:
         with self._lock:
             self._executions.append((batch_id, execution))
 
-    def feed(self, parquet_file: str) -> dict:
+    def feed(self, parquet_file: str, timeout_s: float | None = None) -> dict:
         """Copy the increment's file into the watched directory, processAllAvailable(), and
         return {"seconds": wall seconds from the file appearing until processAllAvailable()
         returns, "input_rows": rows of this micro-batch, "expand_output_rows": the Expand
         node's 'number of output rows' for it, "aggregated_rows": rows entering the (first,
         partial) HashAggregate, "expand_in_plan", "batches": micro-batches run (the data
         batch, then usually a no-data batch advancing the watermark and evicting state;
-        row counts are summed over them), "batch_seconds": their triggerExecution times}."""
+        row counts are summed over them), "batch_seconds": their triggerExecution times}.
+        Past ``timeout_s`` seconds the query is stopped and :class:`FeedTimedOut` raised."""
         self._fed += 1
         src = Path(parquet_file)
         staged = self.staging / f"{self._fed:06d}-{src.name}"
         shutil.copy(src, staged)
         t0 = time.perf_counter()
         os.replace(staged, self.watch / staged.name)  # appears whole
-        self.query.processAllAvailable()
+        self._process_all_available(timeout_s, src.name)
         seconds = time.perf_counter() - t0
         with self._lock:  # the batches this file caused (the sink ran in processAllAvailable)
             executions, self._executions = self._executions, []
@@ -148,6 +162,30 @@ class SparkWindowStream:
             raise RuntimeError(f"{self.name}: {src.name} ({expected} rows) was read as "
                                f"{row['input_rows']} rows in {len(executions)} micro-batches")
         return row
+
+    def _process_all_available(self, timeout_s: float | None, increment: str) -> None:
+        """``processAllAvailable()``, given up after ``timeout_s`` seconds: it has no timeout
+        of its own, so it runs in a thread, and stopping the query ends it."""
+        if timeout_s is None:
+            self.query.processAllAvailable()
+            return
+        errors: list[BaseException] = []
+
+        def process() -> None:
+            try:
+                self.query.processAllAvailable()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(e)
+
+        worker = threading.Thread(target=process, daemon=True, name=f"{self.name}-feed")
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            self.query.stop()  # interrupts the micro-batch; processAllAvailable() returns
+            worker.join(60)
+            raise FeedTimedOut(self.name, increment, timeout_s)
+        if errors:
+            raise errors[0]
 
     def results(self) -> pa.Table:
         """The latest value of every (window_start, window_end, url) written by the sink,
