@@ -408,7 +408,7 @@ def test_records_spark_delivers_to_the_wrong_task_stop_the_epoch(tmp_path, excha
     import json
 
     from strata.physical.exchange import PackTask, salts
-    from strata.physical.vectorized import _VectorTask
+    from strata.physical.vector_task import VectorTask
 
     program = build("add_up").stages["add"].program
     rows = pa.record_batch({"__k0": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
@@ -421,7 +421,7 @@ def test_records_spark_delivers_to_the_wrong_task_stop_the_epoch(tmp_path, excha
         given = [b for b in packed if b.column("__p")[0].as_py() == 1]
     else:
         given = [rows.append_column("__p", pa.array([1] * 6, pa.int32()))]
-    task = _VectorTask(stage="add", epoch=3, fn=program.fn, shape=program.shape,
+    task = VectorTask(stage="add", epoch=3, fn=program.fn, shape=program.shape,
                        grouping="inner", state_root=str(tmp_path), runs={},
                        outputs={"totals": str(tmp_path / "totals")},
                        token="t")

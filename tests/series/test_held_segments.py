@@ -10,7 +10,7 @@ import pyarrow.csv as pcsv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata.cli.series import _scan_lines
+from strata.cli.series_explain import scan_lines
 from strata.config import HELD_SEGMENT_ROWS
 from strata.controller import Controller
 from strata.queries.arrow import driver_rows
@@ -64,7 +64,7 @@ def test_the_papers_series_read_a_held_segment_once_at_its_ingest(spark, tmp_pat
         stage = df.stages[series_stage_name("log")]
         state = c.runner.committed(stage).state
         assert state["estimate"] is None  # κ learns only from epochs Spark's plans ran
-        scan = _scan_lines(state["scan"])
+        scan = scan_lines(state["scan"])
         assert "none, the driver held its rows" in scan[0] and "in Arrow" in scan[0], scan
         checked = 0
         for s in series_:

@@ -8,7 +8,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from strata.cli.series import _scan_lines
+from strata.cli.series_explain import scan_lines
 from strata.controller import Controller
 from strata.model.errors import EpochError, StrataError
 from strata.series import Series, series_stage_name
@@ -177,7 +177,7 @@ def test_views_sharing_a_key_share_one_exchange_and_answer_as_duckdb(spark, tmp_
     assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
             for r in reports] == [("prefix", 3)] * 5  # abc, ba and a; d on its own
     assert scan["plan"] == "prefix" and scan["forced"]
-    assert _scan_lines(scan)[0] == (
+    assert scan_lines(scan)[0] == (
         "scan of the last segment: 3 stored partial views in one pass exchanging rows "
         "on their shared group key (set by the stage)")
 
@@ -221,7 +221,7 @@ def test_views_with_the_same_keys_share_one_grouping_and_answer_as_duckdb(spark,
     reports, scan = _answered_as_duckdb(spark, tmp_path, series, segments, "reorder")
     assert [(r.metrics["scan_plan"], r.metrics["views_in_jumbo_pass"])
             for r in reports] == [("reordered", 3)] * 5  # ab, ba and all; d alone
-    assert _scan_lines(scan)[0] == (
+    assert scan_lines(scan)[0] == (
         "scan of the last segment: 3 stored partial views in one grouping on their "
         "shared keys, filters pulled above it (set by the stage)")
 

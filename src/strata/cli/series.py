@@ -22,6 +22,7 @@ from strata.cli.options import (
     catalog_of,
     existing_home,
 )
+from strata.cli.series_explain import SHARED_SCAN, print_explain, scan_setting
 from strata.model.errors import StrataError
 from strata.storage.home import Home
 
@@ -36,11 +37,6 @@ app = typer.Typer(
 
 SqlArg = Annotated[str, typer.Argument(metavar="SQL", show_default=False,
                                        help="A SELECT over the stream's tables.")]
-
-
-# --shared-scan: add_series' values
-SHARED_SCAN: dict[str, bool | str] = {"off": False, "on": True, "prefix": "prefix",
-                                      "reorder": "reorder", "auto": "auto"}
 
 
 @app.command()
@@ -112,7 +108,7 @@ def add(
                 program = SeriesProgram(stream, _columns(catalog, stream), series, setting)
             else:
                 program = registry.register(catalog, stream, series, setting)
-        _print_explain(program, name, json_out, registered=not dry_run)
+        print_explain(program, name, json_out, registered=not dry_run)
 
 
 @app.command("list")
@@ -125,7 +121,7 @@ def list_(home: HomeOption, json_out: JsonOption = False,
         with catalog_of(existing_home(home, catalog_at)) as catalog:
             programs = registry.registered(catalog)
         rows: list[dict[str, Any]] = [{"name": s.name, "stream": p.stream, "period": s.period,
-                 "lateness": s.lateness, "shared_scan": _setting(p),
+                 "lateness": s.lateness, "shared_scan": scan_setting(p),
                  "tables": {t: r.spec() for t, r in p.plans[s.name].schedule.tables.items()},
                  "first_occurrence": p.plans[s.name].schedule.first,
                  "views": len(p.plans[s.name].views), "sql": s.sql}
@@ -167,9 +163,9 @@ def explain(name: Annotated[str, typer.Argument(metavar="NAME", show_default=Fal
         scan = (snap.state or {}).get("scan")
         if scan is not None:
             scan = {**scan, "measured": measured(snap.metrics)}
-        _print_explain(program, name, json_out, registered=True, choice=choice,
-                       epoch=snap.epoch, scan=scan,
-                       stats=(snap.state or {}).get("stats"), recorded=recorded)
+        print_explain(program, name, json_out, registered=True, choice=choice,
+                      epoch=snap.epoch, scan=scan,
+                      stats=(snap.state or {}).get("stats"), recorded=recorded)
 
 
 @app.command("show")
@@ -336,49 +332,6 @@ def _columns(catalog, stream: str) -> dict[str, str]:
     return {f.name: type_ddl(f.type) for f in parse_ddl(catalog.flows()[stream]["schema"])}
 
 
-def _print_explain(program, name: str, json_out: bool, registered: bool,
-                   choice: dict | None = None, epoch: int = 0, scan: dict | None = None,
-                   stats: dict | None = None, recorded: list[dict] | None = None) -> None:
-    from strata.series.normalize import explain as explain_plan
-
-    plan = program.raw_plans[name] if choice and choice["plan"] == "raw" else \
-        program.plans[name]
-    lines = explain_plan(plan)
-    operators = _view_statistics(plan, stats or {})
-    lines += [f"view {fp} per segment: {s['rows']:,.0f} rows out of {s['rows_in']:,.0f} in "
-              f"(selectivity {s['selectivity']:.4g}), {output.size(s['bytes_out'])} out of "
-              f"{output.size(s['bytes_in'])} of its columns in"
-              for fp, s in operators.items()]
-    lines += _recorded_lines(recorded or [])
-    lines += _choice_lines(choice, epoch)
-    lines.append(f"stored views of a new segment of {program.stream}: --shared-scan "
-                 f"{_setting(program)}")
-    lines += _scan_lines(scan)
-    shared = {v.fingerprint: [s.name for s in program.series if s.name != name and any(
-        w.fingerprint == v.fingerprint for w in program.plans[s.name].view_list())]
-        for v in plan.view_list()}
-    lines += [f"view {fp} is shared with {', '.join(others)}"
-              for fp, others in shared.items() if others]
-    if json_out:
-        typer.echo(output.dumps({"name": name, "stream": program.stream,
-                                 "registered": registered, "explain": lines,
-                                 "plan": choice["plan"] if choice else "views",
-                                 "estimates": choice["estimates"] if choice else {},
-                                 "scan": scan or {}, "shared_scan": _setting(program),
-                                 "statistics": operators,
-                                 "recorded": recorded or [],
-                                 "decomposed": plan.decomposed,
-                                 "columns": plan.query.root.columns}))
-        return
-    console = output.out()
-    console.print(Text("\n".join(lines)))
-    if registered:
-        console.print(f"series [bold]{escape(name)}[/] on {escape(program.stream)}: `strata "
-                      f"run PIPELINE --home HOME` answers it; `strata series show "
-                      f"{escape(name)} --home HOME` prints the newest answer")
-
-
-
 @app.command()
 def simulate(
     trace: Annotated[Path, typer.Argument(metavar="TRACE", exists=True, dir_okay=False,
@@ -435,21 +388,6 @@ def trace(
         output.out().print(f"wrote {escape(str(out))} ({series} series on {streams} streams)")
 
 
-def _choice_lines(choice: dict | None, epoch: int) -> list[str]:
-    """What the cost model chose at the stream's last epoch, with its estimates."""
-    if not choice:
-        return ["plan: views (the cost model chooses once segments have been read)"]
-    how = "forced by the series" if choice.get("forced") else "the cost model's choice"
-    lines = [f"plan at segment {epoch}: {choice['plan']} ({how})"]
-    for plan, est in sorted(choice["estimates"].items()):
-        lines.append(f"  {plan}: estimated I/O per period {output.size(est['io'])} (read "
-                     f"{output.size(est['read'])}, shuffled {output.size(est['shuffled'])}, "
-                     f"written {output.size(est['written'])})")
-    if not choice["estimates"]:
-        lines.append("  (no statistics of its views yet)")
-    return lines
-
-
 def _recorded(catalog, program, name: str, epochs: int = 7) -> list[dict]:
     """The catalog's statistics of the series' views and answer over the stream stage's
     last ``epochs`` epochs."""
@@ -460,74 +398,3 @@ def _recorded(catalog, program, name: str, epochs: int = 7) -> list[dict]:
     wanted = [view_operator(v.fingerprint) for v in plan.view_list()] + [
         answer_operator(name)]
     return catalog.operator_stats(series_stage_name(program.stream), wanted, epochs)
-
-
-def _recorded_lines(recorded: list[dict]) -> list[str]:
-    """The newest epoch's recorded statistics, a line per operator."""
-    if not recorded:
-        return []
-    newest = max(r["epoch"] for r in recorded)
-    rows = [r for r in recorded if r["epoch"] == newest]
-    segment = max((r["segment"] for r in rows if r["segment"] is not None), default=None)
-    lines = [f"recorded in the catalog, epoch {newest}"
-             + ("" if segment is None else f" (segment {segment})") + ":"]
-    for r in rows:
-        took = "" if r["seconds"] is None else f", {r['seconds']:.2f} s"
-        read = "" if r["rows_in"] is None else f"{r['rows_in']:,} rows in, "
-        lines.append(f"  {r['operator']}: {read}{r['rows_out']:,} rows out, "
-                     f"{output.size(r['bytes_out'])} written{took}")
-    return lines
-
-
-def _view_statistics(plan, stats: dict) -> dict[str, dict]:
-    """Per stored view of ``plan`` the stage has statistics of, its figures per segment
-    (exponential averages over the segments read): rows and bytes in and out, and its
-    selectivity (rows out over rows in)."""
-    from strata.series.cost import view_columns
-
-    out = {}
-    for v in plan.view_list():
-        fp = v.fingerprint
-        if fp not in stats.get("rows", {}) or fp not in stats.get("views", {}):
-            continue
-        out[fp] = {"rows_in": stats["segment_rows"], "rows": stats["rows"][fp],
-                   "selectivity": stats["selectivity"][fp],
-                   "bytes_in": sum(stats["columns"].get(c, 0.0) for c in view_columns(v)),
-                   "bytes_out": stats["views"][fp]}
-    return out
-
-
-def _setting(program) -> str:
-    """The stream stage's ``shared_scan``, as ``--shared-scan`` names it."""
-    value = getattr(program, "shared_scan", False)
-    return next(k for k, v in SHARED_SCAN.items() if v == value and type(v) is type(value))
-
-
-def _scan_lines(scan: dict | None) -> list[str]:
-    """How the stream's last epoch computed the new segment's stored partial views: the
-    estimated I/O of the epoch under both scan plans, and what Spark measured."""
-    if not scan:
-        return []
-    lines = []
-    ran = scan.get("plan") or ("shared" if scan["shared"] else "separate")
-    if scan.get("arrow"):
-        lines.append(f"scan of the last segment: none, the driver held its rows from the "
-                     f"ingest: {scan['arrow']} view(s) computed from them in Arrow")
-    elif scan.get("views", 0) >= 2:
-        how = {"shared": "one jumbo pass", "separate": "a plan per view",
-               "prefix": "one pass exchanging rows on their shared group key",
-               "reordered": "one grouping on their shared keys, filters pulled above it"
-               }[ran]
-        why = "set by the stage" if scan.get("forced") else "the cost model's choice"
-        lines.append(f"scan of the last segment: {scan['views']} stored partial views in "
-                     f"{how} ({why})")
-    rows = [(f"estimated, {plan}" + (" (ran)" if plan == ran else ""), est)
-            for plan, est in sorted(scan.get("estimates", {}).items())]
-    if scan.get("measured"):
-        got = scan["measured"]
-        rows.append(("measured by Spark", {**got, "io": sum(got.values())}))
-    for label, io in rows:
-        lines.append(f"  last epoch's I/O, {label}: {output.size(io['io'])} (read "
-                     f"{output.size(io['read'])}, shuffled {output.size(io['shuffled'])}, "
-                     f"written {output.size(io['written'])})")
-    return lines

@@ -13,12 +13,12 @@ from strata.queries.plan.algebra import (
     Scan,
     Union,
     Windowed,
-    normalize,
 )
 from strata.queries.plan.errors import NotIncrementalError, QueryError
 from strata.queries.plan.expressions import MULT, bind, is_aggregate, to_sql
 from strata.queries.plan.incremental import GroupPlan, IncrementalQuery, derive
 from strata.queries.plan.monoids import Monoid, UserAggregate, monoid
+from strata.queries.plan.normalize import normalize
 
 __all__ = [
     "MULT", "Explode", "GroupBy", "GroupPlan", "IncrementalQuery", "Join", "Map", "Monoid",

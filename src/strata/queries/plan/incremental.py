@@ -39,11 +39,11 @@ from strata.queries.plan.algebra import (
     Scan,
     Union,
     Windowed,
-    normalize,
 )
 from strata.queries.plan.errors import NotIncrementalError
 from strata.queries.plan.expressions import bind, to_sql
 from strata.queries.plan.monoids import COUNT_PART, Monoid, Part, monoid
+from strata.queries.plan.normalize import normalize
 
 
 @dataclass

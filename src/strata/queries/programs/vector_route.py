@@ -55,7 +55,7 @@ from strata.queries.plan.expressions import MULT, parse, to_sql, type_of
 from strata.queries.plan.incremental import IncrementalQuery
 from strata.queries.programs.program import ordered
 from strata.queries.spark import dispatch
-from strata.queries.spark.evaluator import row_exprs
+from strata.queries.spark.group_by import row_exprs
 from strata.storage.home import StageLayout
 from strata.storage.increments import read_table
 from strata.storage.manifest import StateSnapshot

@@ -31,7 +31,6 @@ from strata.queries.plan.algebra import (
     Union,
     Windowed,
 )
-from strata.queries.plan.errors import QueryError
 from strata.queries.plan.expressions import MULT, bind, substitute, to_sql, widest
 from strata.queries.plan.incremental import (
     GroupPlan,
@@ -43,6 +42,7 @@ from strata.queries.plan.incremental import (
 from strata.queries.spark import dispatch, explode, outer_join, window_functions
 from strata.queries.spark.dispatch import EvalMode
 from strata.queries.spark.frames import cut, empty_frame, local_rows, struct_type
+from strata.queries.spark.group_by import lift
 from strata.queries.spark.tables import QueryTables
 from strata.storage.increments import Increment, read_table
 
@@ -467,58 +467,3 @@ class Evaluator:
         insert = touched.where(F.col("_keep") & ~(F.col("_old_keep") & same)).select(
             *[F.col(f"`{o}`") for o in outputs], F.lit(1).cast("bigint").alias(MULT))
         return Rows.of_frame(self.materialize(retract.unionByName(insert)))
-
-
-def lift(plan: GroupPlan, d: DataFrame, by: Sequence[str] = (),
-         extra: Sequence[Column] = ()) -> DataFrame:
-    """``h``: the rows ``d`` (with ``_mult``) per group — ``_g``, a struct of the group's
-    keys — as the group-by's monoid parts; per ``by`` columns of ``d`` too, and with the
-    ``extra`` aggregates, if given."""
-    key_cols = [F.expr(to_sql(e)).alias(n) for n, e in plan.node.keys] or [
-        F.lit(0).alias("_t")]
-    keyed = d.select(F.struct(*key_cols).alias("_g"), "*")
-    group = [*by, "_g"]
-    plain = [p for p in plan.parts if p.kind != "multiset"]
-    h = keyed.groupBy(*group).agg(*[F.expr(p.lift).alias(p.name) for p in plain], *extra)
-    for p in plan.parts:
-        if p.kind != "multiset":
-            continue
-        v = (keyed.where(F.expr(f"{p.lift} IS NOT NULL"))
-             .groupBy(*group, F.expr(p.lift).alias("_v")).agg(F.sum(MULT).alias("_c"))
-             .where("_c <> 0")
-             .groupBy(*group).agg(F.map_from_entries(F.collect_list(F.struct("_v", "_c")))
-                                  .alias(p.name)))
-        h = h.join(v, group, "left")
-    return h
-
-
-def row_exprs(node: Node) -> tuple[str | None, dict[str, str]]:
-    """A scan under maps as SQL over the scan's columns: its filter and its columns."""
-    if isinstance(node, Scan):
-        return None, {c: f"`{c}`" for c in node.columns}
-    if not isinstance(node, Map):
-        raise QueryError(f"{node} is not a scan under filters and projections")
-    where, defs = row_exprs(node.child)
-    if node.where is not None:
-        cond = bind(to_sql(node.where), defs)
-        where = f"({where}) AND ({cond})" if where else cond
-    if node.outputs is not None:
-        defs = {n: bind(to_sql(e), defs) for n, e in node.outputs}
-    return where, defs
-
-
-def answer(plan: GroupPlan, merged: DataFrame, spark: SparkSession,
-           carry: Sequence[str] = ()) -> DataFrame:
-    """``a``: the group-by's output rows from merged parts (``HAVING`` applied; a total
-    aggregate answers one row even over no rows, as SQL does), with the ``carry``
-    columns of ``merged`` first."""
-    node = plan.node
-    if not node.keys and not carry:  # total: one group, present even when nothing was read
-        one = spark.range(1).select(F.struct(F.lit(0).alias("_t")).alias("_g"))
-        merged = one.join(merged, "_g", "left")
-    scope = answer_scope(plan)
-    keep = F.lit(True) if not node.keys else F.coalesce(F.col("_cnt"), F.lit(0)) != 0
-    if node.having is not None:
-        keep = keep & F.coalesce(F.expr(bind(to_sql(node.having), scope)), F.lit(False))
-    return merged.where(keep).select(
-        *carry, *[F.expr(bind(to_sql(e), scope)).alias(o) for o, e in node.outputs])
