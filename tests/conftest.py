@@ -28,6 +28,7 @@ os.environ["STRATA_MACHINE_RUN_CACHE_DIR"] = MACHINE_RUN_CACHE
 
 @pytest.fixture(scope="session")
 def spark():
+    from strata.physical import class_archive
     from strata.physical.session import get_spark
 
     # Spark's event log, from which strata.observability.spark_metrics reads job metrics
@@ -37,6 +38,10 @@ def spark():
     # 200 tasks over a few rows; strata sets its epochs' partitions itself
     session = get_spark("local[2]", app_name="strata-tests", event_log_dir=events,
                         spark_driver_memory="2g", spark_sql_shuffle_partitions="4")
+    # the driver JVM's class archive (physical/class_archive.py), built now rather than as
+    # this process exits, so that the Spark processes the tests start use it
+    if (archive := class_archive.archive_path()) is not None:
+        class_archive.start_builder(archive)
     yield session
     session.stop()
     shutil.rmtree(events, ignore_errors=True)

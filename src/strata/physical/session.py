@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from strata import config
 from strata.model.errors import StrataError
+from strata.physical.class_archive import driver_java_options
 
 # Epochs evaluate time functions (date_trunc, to_date, hour, …) in UTC whatever the
 # session or the machine says, so an answer (and the state it is built from) never
@@ -96,16 +97,18 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         # (only footers are counted); strata's cost model learns from those bytes
         .config("spark.hadoop.parquet.hadoop.vectored.io.enabled", "false")
         .config("spark.driver.memory", config.env(config.DRIVER_MEMORY))
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
+    confs = {k.replace("_", "."): v for k, v in conf.items()}
+    java_options = f"-Dlog4j2.configurationFile=file:{log4j} " + driver_java_options(confs)
+    builder = builder.config("spark.driver.extraJavaOptions", java_options.strip())
     if event_log_dir is not None:
         os.makedirs(event_log_dir, exist_ok=True)
         builder = (builder.config("spark.eventLog.enabled", "true")
                    .config("spark.eventLog.dir", os.path.abspath(event_log_dir))
                    .config("spark.eventLog.compress", "false")
                    .config("spark.eventLog.rolling.enabled", "false"))
-    for k, v in conf.items():
-        builder = builder.config(k.replace("_", "."), v)
+    for k, v in confs.items():
+        builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
