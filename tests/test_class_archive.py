@@ -36,6 +36,7 @@ def test_an_archive_on_disk_goes_to_the_driver_unless_switched_off(tmp_path, mon
     path.write_bytes(b"")  # observed, never read, here
     options = class_archive.driver_java_options({})
     assert f"-XX:SharedArchiveFile={path}" in options and "-Xshare:auto" in options
+    assert class_archive.use_options() == options  # for the other JVMs of the installation
     # a user's jars change the class path the archive was dumped with
     assert class_archive.driver_java_options({"spark.jars": "/x/extra.jar"}) == ""
     monkeypatch.setenv("STRATA_CLASS_ARCHIVE", "off")
@@ -51,6 +52,7 @@ def test_a_build_in_progress_is_not_started_twice(tmp_path, monkeypatch):
     assert class_archive.build(path) is False  # does not take the lock, writes nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.with_suffix(".lock").name]
     assert class_archive.driver_java_options({}) == ""
+    assert class_archive.use_options() == ""
 
 
 def _driver_maps(archive: Path) -> subprocess.CompletedProcess:
@@ -86,7 +88,9 @@ def test_the_suites_driver_archive_is_mapped_by_a_spark_driver(spark):
 def test_build_writes_a_checked_archive_and_leaves_nothing_else(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CLASS_ARCHIVE", str(tmp_path))
     path = class_archive.archive_path()
-    assert path is not None and class_archive.build(path)
+    assert path is not None
+    path.with_name(f"{path.stem}.999999.tmp").write_bytes(b"half")  # a killed builder's
+    assert class_archive.build(path)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no lock, dump or marker
     done = _driver_maps(path)
     assert done.returncode == 0 and "counted 7" in done.stdout, done.stderr[-3000:]

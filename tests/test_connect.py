@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from strata.cli import app
 from strata.model.errors import StrataError
+from strata.physical.class_archive import use_options
 from strata.physical.session import get_spark
 from strata.storage.home import Home
 from strata.storage.manifest import StateDir
@@ -130,6 +131,7 @@ def connect_server(tmp_path_factory):
     start = [str(SBIN / "spark-daemon.sh"), "submit", *SERVER,
              "--name", "Spark Connect server", "--master", "local[2]",
              "--driver-memory", "1g",
+             *(["--driver-java-options", shared] if (shared := use_options()) else []),
              "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",

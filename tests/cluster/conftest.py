@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from strata.physical.class_archive import use_options
 from tests.recovery.harness import QUICK_JVM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,7 +166,8 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         "STRATA_CLUSTER_WEBUI_PORT": str(ui),
         "STRATA_CLUSTER_WORKER_WEBUI_PORTS": f"{w1} {w2}",
         "STRATA_CLUSTER_TIMEOUT": "150",
-        "JAVA_TOOL_OPTIONS": QUICK_JVM,  # the daemons and the executors they start
+        # the daemons and the executors they start (the class archive once it is built)
+        "JAVA_TOOL_OPTIONS": f"{QUICK_JVM} {use_options()}".strip(),
     }
     c = Cluster("", run_dir, env, f"http://127.0.0.1:{ui}/json")
     try:

@@ -19,7 +19,7 @@ def main(work: str) -> None:
     frame.join(frame.select("k"), "k").toArrow()
     spark.createDataFrame(pa.table({"k": [1, 2], "v": ["a", "b"]})).mapInArrow(
         lambda batches: batches, "k long, v string").collect()
-    spark.sql("SELECT k, count(*) AS n FROM VALUES (1), (2) AS t(k) GROUP BY k").collect()
+    frame.where("k > 2").selectExpr("k * 2 AS kk").distinct().collect()
     spark.stop()
 
 

@@ -101,7 +101,7 @@ def driver_java_options(conf: dict[str, str]) -> str:
         return ""
     action = decide(observe(path))
     if action == "use":
-        return f"-XX:SharedArchiveFile={path} -Xshare:auto {QUIET}"
+        return use_options(path)
     if action == "build" and path not in _AT_EXIT:  # after this process's work, not during it
         _AT_EXIT.add(path)
         atexit.register(start_builder, path)
@@ -109,6 +109,16 @@ def driver_java_options(conf: dict[str, str]) -> str:
 
 
 _AT_EXIT: set[Path] = set()
+
+
+def use_options(path: Path | None = None) -> str:
+    """The JVM options that map the archive at ``path`` (default: this Java's and this
+    Spark's, if built), or "": for other JVMs of the same installation too (a standalone
+    cluster's daemons and executors, a Spark Connect server), never starting a build."""
+    path = path or archive_path()
+    if path is None or not path.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={path} -Xshare:auto {QUIET}"
 
 
 def start_builder(path: Path) -> None:
@@ -132,6 +142,8 @@ def build(path: Path) -> bool:
     lock = _lock(path)
     if not _take(lock):
         return path.is_file()
+    for left in path.parent.glob(f"{path.stem}.*.tmp"):  # of a builder that was killed
+        left.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
         reason = _dump(tmp)
