@@ -75,8 +75,10 @@ def archive_path() -> Path | None:
     java, spark_home = _java(), _spark_home()
     if where.lower() == "off" or os.name != "posix" or java is None or spark_home is None:
         return None
-    root = Path(where) if where.lower() != "auto" else Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "strata"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    if where.lower() == "auto" and cache.startswith("~"):
+        return None  # no home directory to keep it in
+    root = Path(where) if where.lower() != "auto" else Path(cache) / "strata"
     import pyspark
 
     ident = f"{os.path.realpath(java)}|{os.stat(java).st_mtime_ns}|{spark_home}"
