@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 import series as ser
-from common import emit, save
-from scale_support import PIPELINE, _cli, answers_of
+from common import emit, save, target_figure
+from scale_support import PIPELINE, answers_of, cli_seconds, python_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"rows": 200_000, "rounds": 5}
@@ -47,22 +47,12 @@ TARGETS = {  # (comparison, bound)
 }
 SPARK_START = ("from strata.physical.session import get_spark; "
                "s = get_spark('local[2]'); s.range(10).count(); s.stop()")
-ARCHIVE = {"with_archive": {}, "without_archive": {"STRATA_CLASS_ARCHIVE": "off"}}
+ARCHIVE = {"with_archive": {"STRATA_CLASS_ARCHIVE": "auto"},
+           "without_archive": {"STRATA_CLASS_ARCHIVE": "off"}}
 
 
 def log(msg: str) -> None:
     print(f"[cold_run] {msg}", file=sys.stderr, flush=True)
-
-
-def _python(code: str, env: dict[str, str]) -> float:
-    """Wall seconds of ``python -c CODE`` with the worktree's strata."""
-    import subprocess
-
-    full = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": str(ROOT / "src")}
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=full, check=True, capture_output=True)
-    return round(time.perf_counter() - t0, 3)
 
 
 def template(work: Path, rows: int) -> tuple[Path, list[str], list[str]]:
@@ -73,8 +63,8 @@ def template(work: Path, rows: int) -> tuple[Path, list[str], list[str]]:
     home = work / "home"
     run = ["run", f"{work / 'pipeline.py'}:dataflow", "--home", str(home), "--master",
            "local[2]", "--partitions", "2", "--json"]
-    _cli(run, {})  # creates the home
-    _cli(["ingest", "log", "--home", str(home), "--by-reference", files[0]], {})
+    cli_seconds(run, {})  # creates the home
+    cli_seconds(["ingest", "log", "--home", str(home), "--by-reference", files[0]], {})
     shutil.copytree(home, work / "template")
     return home, run, files
 
@@ -90,15 +80,12 @@ def cold_samples(home: Path, run: list[str], rounds: int) -> dict:
                  "run_one_segment": {k: [] for k in ARCHIVE}, "run_nothing_to_do": []}
     for r in range(rounds):
         for name, env in ARCHIVE.items():
-            os.environ.pop("STRATA_CLASS_ARCHIVE", None)
-            os.environ.update(env)
-            out["spark_start"][name].append(_python(SPARK_START, env))
+            out["spark_start"][name].append(python_seconds(["-c", SPARK_START], env))
             fresh(home)
-            out["run_one_segment"][name].append(_cli(run, {}))
+            out["run_one_segment"][name].append(cli_seconds(run, {}, env))
             log(f"round {r + 1} {name}: spark start {out['spark_start'][name][-1]} s, "
                 f"run one segment {out['run_one_segment'][name][-1]} s")
-        os.environ.pop("STRATA_CLASS_ARCHIVE", None)
-        out["run_nothing_to_do"].append(_cli(run, {}))
+        out["run_nothing_to_do"].append(cli_seconds(run, {}, ARCHIVE["with_archive"]))
     return out
 
 
@@ -121,9 +108,7 @@ def warm_epoch(home: Path) -> float:
 
 
 def entry(name: str, value: float) -> dict:
-    op, bound = TARGETS[name]
-    met = value <= bound if op == "<=" else value >= bound
-    return {"value": round(value, 3), "target": f"{op} {bound:g}", "met": met}
+    return target_figure(round(value, 3), *TARGETS[name])
 
 
 def summarize(cold: dict, warm: float, match: bool) -> dict:

@@ -61,6 +61,13 @@ def session_conf(spark, key: str, value: str | None) -> Iterator[None]:
             spark.conf.set(key, saved)
 
 
+def target_figure(value: float | None, op: str, bound: float, **extra) -> dict:
+    """A summary figure against its target (``op``: ``<=`` or ``>=``): ``{"value",
+    "target", "met", **extra}``, ``met`` None when there is no value."""
+    met = None if value is None else bool(value <= bound if op == "<=" else value >= bound)
+    return {"value": value, "target": f"{op} {bound:g}", "met": met, **extra}
+
+
 def save(fig, path: str, **layout) -> None:
     """Lay out, write and close a matplotlib figure."""
     import matplotlib.pyplot as plt

@@ -59,7 +59,7 @@ import peer_structured_streaming as peer
 import pyarrow as pa
 import series as ser
 import windows as win
-from common import emit, event_log_dir, run_record, save
+from common import emit, event_log_dir, run_record, save, target_figure
 from scale_support import answers_of, duckdb_url_counts, peak_rss, series_from_shell, windows_match
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,11 +283,11 @@ def entry(name: str, value, *, lower_bound: bool = False, **extra) -> dict:
     """A summary figure against its target; a ``lower_bound`` value (the peer gave up) can
     show a ``>=`` target met but never missed."""
     op, bound = TARGETS[name]
-    met = None if value is None else bool(value <= bound if op == "<=" else value >= bound)
+    figure = target_figure(value, op, bound, **extra)
     if lower_bound:
-        extra["value_is_lower_bound"] = True
-        met = True if met and op == ">=" else None
-    return {"value": value, "target": f"{op} {bound:g}", "met": met, **extra}
+        figure |= {"met": True if figure["met"] and op == ">=" else None,
+                   "value_is_lower_bound": True}
+    return figure
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -358,8 +358,7 @@ def summarize_series(s: dict) -> dict:
 
 
 def summarize(result: dict) -> dict:
-    out: dict = {name: {"value": None, "target": f"{op} {b:g}", "met": None,
-                        "not_run": "section not selected"}
+    out: dict = {name: target_figure(None, op, b, not_run="section not selected")
                  for name, (op, b) in TARGETS.items()}
     matches: dict = {}
     if "urlcount" in result:

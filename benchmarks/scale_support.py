@@ -167,21 +167,29 @@ add_series(dataflow, "log", [Series(name, *spec) for name, spec in SERIES.items(
 '''
 
 
-def _cli(args: list[str], confs: dict[str, str]) -> float:
-    """Run ``python -m strata.cli ARGS`` (the worktree's strata); its wall seconds."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"),
-                                                     os.environ.get("PYTHONPATH")) if p)}
-    conf_args = [a for k, v in confs.items() for a in ("--conf", f"{k}={v}")]
-    cmd = [sys.executable, "-m", "strata.cli", *args,
-           *(conf_args if args[0] == "run" else [])]
+def python_seconds(args: list[str], env: dict[str, str] | None = None) -> float:
+    """Run ``python ARGS`` with the worktree's strata (and ``env`` over this process's
+    environment); its wall seconds."""
+    full = {**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"),
+                                                      os.environ.get("PYTHONPATH")) if p)}
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True,
+                          check=False)
     seconds = time.perf_counter() - t0
     if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd[2:])} exited {done.returncode}: "
+        raise RuntimeError(f"{' '.join(args)} exited {done.returncode}: "
                            f"{(done.stderr or done.stdout)[-2000:]}")
     return round(seconds, 3)
+
+
+def cli_seconds(args: list[str], confs: dict[str, str],
+                env: dict[str, str] | None = None) -> float:
+    """Run ``python -m strata.cli ARGS`` (``strata run`` with the session ``confs``); its
+    wall seconds."""
+    conf_args = [a for k, v in confs.items() for a in ("--conf", f"{k}={v}")]
+    return python_seconds(["-m", "strata.cli", *args,
+                           *(conf_args if args[0] == "run" else [])], env)
 
 
 def series_from_shell(files: list[str], work: Path, series: dict, ddl: str, *,
@@ -196,13 +204,13 @@ def series_from_shell(files: list[str], work: Path, series: dict, ddl: str, *,
     pipeline.write_text(PIPELINE.format(series=series, ddl=ddl))
     run = ["run", f"{pipeline}:dataflow", "--home", str(home), "--master", master,
            "--partitions", str(partitions), "--json"]
-    out: dict = {"run_nothing_to_do_first_seconds": _cli(run, confs), "days": []}
+    out: dict = {"run_nothing_to_do_first_seconds": cli_seconds(run, confs), "days": []}
     for n, f in enumerate(files, 1):
-        ingest = _cli(["ingest", "log", "--home", str(home), "--by-reference", f], confs)
-        seconds = _cli(run, confs)
+        ingest = cli_seconds(["ingest", "log", "--home", str(home), "--by-reference", f], confs)
+        seconds = cli_seconds(run, confs)
         out["days"].append({"day": n, "ingest_seconds": ingest, "run_seconds": seconds})
         log(f"shell day {n}: strata ingest {ingest:.1f} s, strata run {seconds:.1f} s")
-    out["run_nothing_to_do_last_seconds"] = _cli(run, confs)
+    out["run_nothing_to_do_last_seconds"] = cli_seconds(run, confs)
     out["median_run_seconds"] = round(statistics.median(
         d["run_seconds"] for d in out["days"]), 3)
     return out
