@@ -11,13 +11,12 @@ from collections import Counter
 
 import duckdb
 import pandas as pd
-import pytest
 
 from strata import Dataflow
 from strata.controller import Controller
 from strata.windows import Eviction, add_window, from_sql
 from tests.rows import Rows
-from tests.windows.weblog import DDL, SQL, admitted, check_epoch, net, write
+from tests.windows.weblog import DDL, LOOP_STORES, SQL, admitted, check_epoch, net, write
 
 SPAN, WIDTH, EPOCHS, HOSTS = 6, 3, 6, ("h0", "h1", "h2")
 ALLOWED = 3 * SPAN  # three increments late, at most
@@ -72,9 +71,7 @@ def _rows(rows: list[dict]) -> Rows:
     return Rows((r["url"], r["n"], r["total"], r["biggest"], r["users"]) for r in rows)
 
 
-# over the executors' store in `make test`; the driver's store too in the slow tier
-@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
-                         indirect=True)
+@LOOP_STORES
 def test_complete_results_are_final_under_out_of_order_arrival(spark, store, tmp_path, caplog):
     raw, delayed = _disordered(seed=21)
     assert delayed >= 2

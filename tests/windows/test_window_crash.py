@@ -16,6 +16,7 @@ from strata.storage.manifest import StateDir
 from strata.windows.program import WindowProgram
 from tests.recovery import window_pipeline
 from tests.recovery.harness import ingest_all, kill_at_each, run_here
+from tests.windows.weblog import LOOP_STORES
 
 PIPELINE = "tests.recovery.window_pipeline"
 EXECUTORS_PIPELINE = "tests.recovery.window_executors_pipeline"
@@ -27,9 +28,7 @@ WINDOW_POINTS = ["windows-after-cells:2", "between-manifest-and-current:1"]
 FLOWS = ("w_windows", "w_c2")
 
 
-# over the executors' store in `make test`; the driver's store too in the slow tier
-@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
-                         indirect=True)
+@LOOP_STORES
 @pytest.mark.parametrize("points", [
     pytest.param(WINDOW_POINTS, id="own-points"),
     pytest.param(POINTS, id="all-points", marks=pytest.mark.slow)])

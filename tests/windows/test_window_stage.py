@@ -23,7 +23,7 @@ from strata.windows import (
     from_sql,
 )
 from strata.windows.query import WindowPlan
-from tests.windows.weblog import DDL, SQL, check_epoch, increments, net, write
+from tests.windows.weblog import DDL, LOOP_STORES, SQL, check_epoch, increments, net, write
 
 
 def _window_sql(range_: int, slide: int) -> str:
@@ -49,9 +49,7 @@ def _run(spark, tmp_path, query, raw, sql=SQL, shed=False, source="host"):
         yield c, checked, metrics
 
 
-# over the executors' store in `make test`; the driver's store too in the slow tier
-@pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"],
-                         indirect=True)
+@LOOP_STORES
 @pytest.mark.usefixtures("store")
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), slide=st.integers(1, 4), ratio=st.integers(1, 4),

@@ -14,8 +14,14 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.rows import Rows
+
+# the window loops (random windows, out-of-order arrival, kill -9): over the executors'
+# pane store in `make test`, over the driver's too in the slow tier (tests/windows/conftest.py)
+LOOP_STORES = pytest.mark.parametrize(
+    "store", [pytest.param("driver", marks=pytest.mark.slow), "executors"], indirect=True)
 
 DDL = "ts bigint, host string, url string, bytes bigint, user string"
 SCHEMA = pa.schema([("ts", pa.int64()), ("host", pa.string()), ("url", pa.string()),

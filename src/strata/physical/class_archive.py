@@ -142,7 +142,7 @@ def build(path: Path) -> bool:
     application run by ``spark-submit`` dumps the classes it loaded at exit; the dump is
     checked by a JVM mapping it, then moved into place. Whether ``path`` exists after."""
     lock = _lock(path)
-    if not _take(lock):
+    if not _take(path):
         return path.is_file()
     for left in path.parent.glob(f"{path.stem}.*.tmp"):  # of a builder that was killed
         left.unlink(missing_ok=True)
@@ -191,13 +191,15 @@ def _maps(archive: Path) -> bool:
     return done.returncode == 0
 
 
-def _take(lock: Path) -> bool:
-    """Create ``lock`` exclusively (after removing one left by a dead builder)."""
+def _take(path: Path) -> bool:
+    """Create the lock of the archive at ``path`` exclusively (after removing one left by
+    a dead builder)."""
+    lock = _lock(path)
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            if decide(observe(lock.with_suffix(".jsa"))) != "build":
+            if decide(observe(path)) != "build":
                 return False
             lock.unlink(missing_ok=True)  # stale
             continue
