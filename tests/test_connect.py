@@ -393,28 +393,57 @@ SOURCES = "from strata import Dataflow\n\ndataflow = Dataflow({name!r})\n" \
     "dataflow.source('log', {ddl!r})\n"
 
 
+# a window query with a Python MapReduce aggregate beside the same count in SQL
+MAP_REDUCE_PIPELINE = """import operator
+
+from strata import Dataflow
+from strata.windows import Eviction, MapReduce, WindowQuery, add_window, from_sql
+
+dataflow = Dataflow("weblog")
+dataflow.source("log", {ddl!r})
+options = dict(eviction=Eviction(deadline=0, lateness=6), disorder=3)
+add_window(dataflow, WindowQuery("mr", "log", 6, 3, time="ts", source="host", **options,
+    mapreduce=MapReduce(map=lambda r: [(r["url"], 1)] if r["bytes"] > 5 else [],
+                        combine=operator.add, uncombine=operator.sub,
+                        reduce=lambda url, n: n, key="url", result="n")))
+add_window(dataflow, from_sql("sq", "SELECT url, count(*) AS n FROM log WHERE bytes > 5 "
+                                    "GROUP BY url, WINDOW(ts, 6, 3, host)", **options))
+"""
+
+
 @pytest.mark.parametrize("store", [pytest.param("driver", marks=pytest.mark.slow), "executors"])
-def test_a_window_query_runs_over_spark_connect_like_on_classic_spark(connect_url,
-                                                                       tmp_path, store):
-    """A window stage's lift is a DataFrame aggregation: over Connect (the pane store in
-    the driver, or on the executors) its results and C2 scoreboards equal the classic
-    run's (the driver's store) after every increment (late data included)."""
+def test_window_queries_run_over_spark_connect_like_on_classic_spark(connect_url, tmp_path,
+                                                                      store):
+    """A window stage's lift is a DataFrame aggregation, and a MapReduce aggregate's map
+    and combine are DataFrame tasks (mapInArrow): over Connect (a SQL window's pane store
+    in the driver, or on the executors) the results and C2 scoreboards equal the classic
+    run's (the driver's store) after every increment, late data included; and the
+    MapReduce count equals the same count in SQL (the query layer's monoids)."""
     pipeline = tmp_path / "weblog.py"
-    pipeline.write_text(SOURCES.format(name="weblog", ddl=WEBLOG_DDL))
+    pipeline.write_text(MAP_REDUCE_PIPELINE.format(ddl=WEBLOG_DDL))
     raw = weblog_increments(random.Random(3), 3, epochs=3, span=6)
+    columns = ("window_start", "window_end", "url", "n", "_mult")
+    emitted = 0
     for remote, classic in _run_on_both(
             connect_url, pipeline, "log", raw, tmp_path,
             remote_args=("--conf", f"spark.strata.window.store={store}"),
             setup=lambda home: strata_here(
                 "window", "add", "late", WINDOWED, "--home", home, "--deadline", "0",
                 "--lateness", "6", "--disorder", "3")):
-        for flow in ("late_windows", "late_c2"):
-            shown = [strata_here("show", flow, "--all", "--home", home, "--format", "jsonl")
-                     for home in (remote, classic)]
-            assert shown[0].strip() and sorted(shown[0].splitlines()) == sorted(
-                shown[1].splitlines()), flow
-    stage = StateDir(Home(str(remote)).stage("late")).current()
-    assert stage.state["store"] == store
+        shown = {(flow, home): strata_here("show", flow, "--all", "--home", home,
+                                           "--format", "jsonl").splitlines()
+                 for flow in ("late_windows", "late_c2", "mr_windows", "mr_c2", "sq_windows")
+                 for home in (remote, classic)}
+        for flow in ("late_windows", "late_c2", "mr_windows", "mr_c2"):
+            assert sorted(shown[flow, remote]) == sorted(shown[flow, classic]), flow
+        assert shown["late_windows", remote]
+        mr, sq = (Counter(tuple(json.loads(line)[c] for c in columns)
+                          for line in shown[flow, remote]) for flow in ("mr_windows", "sq_windows"))
+        assert mr == sq
+        emitted = sum(mr.values())
+    assert emitted > 0
+    for name, kept in (("late", store), ("mr", "driver")):
+        assert StateDir(Home(str(remote)).stage(name)).current().state["store"] == kept
 
 
 def test_a_series_runs_over_spark_connect_like_on_classic_spark(connect_url, tmp_path):

@@ -10,9 +10,12 @@ windows then slide with Two-Stacks, ``strata.windows.sliding``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+import pickle
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from strata.model.errors import StrataError
 
@@ -171,3 +174,57 @@ def mapped_cells(mr: MapReduce, cell_of: Callable[[dict], tuple],
 
 def _zero(mr: MapReduce, v: Any) -> Any:
     return mr.uncombine(v, v) if mr.uncombine else None
+
+
+# -- a MapReduce's cells as Spark tasks (DataFrames and Arrow: classic Spark and Connect) --
+# A cell's key (source, pane, map key) and its value are pickled: the user's map decides
+# their Python types, which need not be Spark's.
+PICKLED_CELLS = "_k binary, _n bigint, _v binary"
+_CELLS = pa.schema([("_k", pa.binary()), ("_n", pa.int64()), ("_v", pa.binary())])
+CELLS_PER_BATCH = 65_536
+
+
+def map_partition(mr: MapReduce, batches: Iterable[pa.RecordBatch]
+                  ) -> Iterator[pa.RecordBatch]:
+    """One task of the map side (``mapInArrow``): ``map`` then ``combine`` over its
+    records (the flow's columns with ``_src``, ``_pane`` and ``_mult``), as pickled
+    cells (:data:`PICKLED_CELLS`)."""
+    records = (r for b in batches for r in b.to_pylist())
+    yield from _pickled(mapped_cells(mr, _source_and_pane, records))
+
+
+def combine_partition(mr: MapReduce, batches: Iterable[pa.RecordBatch]
+                      ) -> Iterator[pa.RecordBatch]:
+    """One task of the reduce side: the pickled cells of its partition of keys, the
+    counts and values of each key combined."""
+    local: dict[bytes, list] = {}
+    for b in batches:
+        for k, n, v in zip(*(b.column(i).to_pylist() for i in range(3)), strict=True):
+            merge_cell(mr, local, k, [n, pickle.loads(v)])
+    yield from _pickled((pickle.loads(k), nv) for k, nv in local.items())
+
+
+def merge_cell(mr: MapReduce, cells: dict, key: Any, count_value: list) -> None:
+    """Fold one cell's ``[count, value]`` into ``cells[key]``."""
+    old = cells.get(key)
+    cells[key] = count_value if old is None else [
+        old[0] + count_value[0], mr.combine(old[1], count_value[1])]
+
+
+def _source_and_pane(r: dict) -> tuple:
+    return (r.pop("_src"), r.pop("_pane"))
+
+
+def _pickled(cells: Iterable[tuple[tuple, list]]) -> Iterator[pa.RecordBatch]:
+    keys: list[bytes] = []
+    counts: list[int] = []
+    values: list[bytes] = []
+    for k, (n, v) in cells:
+        keys.append(pickle.dumps(k))
+        counts.append(n)
+        values.append(pickle.dumps(v))
+        if len(keys) == CELLS_PER_BATCH:
+            yield pa.record_batch([keys, counts, values], schema=_CELLS)
+            keys, counts, values = [], [], []
+    if keys:
+        yield pa.record_batch([keys, counts, values], schema=_CELLS)

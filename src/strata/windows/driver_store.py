@@ -5,14 +5,21 @@ the answers ``a`` of the windows due are one small Spark job (``docs/windows.md`
 
 from __future__ import annotations
 
+import functools
+import pickle
 from collections.abc import Mapping
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from strata.queries.spark import answer
-from strata.windows.aggregates import PaneTable, mapped_cells
+from strata.windows.aggregates import (
+    PICKLED_CELLS,
+    PaneTable,
+    combine_partition,
+    map_partition,
+    merge_cell,
+)
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.query import WindowPlan
 from strata.windows.sliding import Counted, slider
@@ -147,21 +154,21 @@ def cells_of(plan: WindowPlan, table: pa.Table) -> list[Cell]:
                     keys, values, strict=True))
 
 
-def map_reduce_cells(plan: WindowPlan, frame: DataFrame) -> list[Cell]:
-    """A MapReduce's cells: ``map`` and ``combine`` on the executors, per (source, pane,
-    key), collected."""
+def map_reduce_cells(plan: WindowPlan, frame: DataFrame, partitions: int) -> list[Cell]:
+    """A MapReduce's cells: ``map`` and ``combine`` in the tasks of one Spark job (each
+    task's cells combined, then each key's across tasks after a shuffle of ``partitions``
+    partitions), collected. DataFrames and Arrow only, so that it runs over Spark
+    Connect as on a classic session."""
     mr = plan.query.mapreduce
     assert mr is not None
-    keep = [c for c in frame.columns if c not in ("_t",)]
-
-    def cell_of(r: dict) -> tuple:
-        return (r.pop("_src"), r.pop("_pane"))
-
-    def merge(a: list, b: list) -> list:
-        return [a[0] + b[0], mr.combine(a[1], b[1])]
-
-    got: Any = (frame.select(*keep).rdd
-                .mapPartitions(lambda rows: mapped_cells(mr, cell_of, (r.asDict()
-                                                                        for r in rows)))
-                .reduceByKey(merge).collect())
-    return [(k[0], int(k[1]), (k[2],), v) for k, v in got]
+    keep = [c for c in frame.columns if c != "_t"]
+    cells = (frame.select(*keep)
+             .mapInArrow(functools.partial(map_partition, mr), PICKLED_CELLS)
+             .repartition(partitions, "_k")
+             .mapInArrow(functools.partial(combine_partition, mr), PICKLED_CELLS))
+    got: dict[tuple, list] = {}
+    for batch in cells.toArrow().to_batches():
+        for k, n, v in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
+            # keys equal in Python but pickled apart (1 and 1.0) meet here
+            merge_cell(mr, got, pickle.loads(k), [n, pickle.loads(v)])
+    return [(k[0], int(k[1]), (k[2],), v) for k, v in got.items()]

@@ -248,7 +248,8 @@ class WindowProgram(StageProgram):
                 frame = frame.where(~F.concat_ws("\x1f", "_src", F.col("_pane").cast(
                     "string")).isin(tags))
             if plan.group is None:
-                return stats, map_reduce_cells(plan, frame), None, late, shed
+                return (stats, map_reduce_cells(plan, frame, ctx.num_partitions), None, late,
+                        shed)
             lifted = self._lift_frame(frame)
             if ws.store == "executors":
                 self._write_cells_on_executors(ctx, ws, lifted, set(stats) - skipped)
