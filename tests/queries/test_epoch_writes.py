@@ -140,3 +140,54 @@ def test_held_lookups_see_upserts_and_deletes_as_the_spark_plan_does(spark, tmp_
     assert found is not None and found.is_held
     assert keyed(found) == keyed(plain.lookup("g", Rows.of_frame(keys.frame().where("true")))) \
         == [(1, 10), (3, 30)]
+
+
+def _group_table(home: Path, stage: str) -> dict:
+    from strata.storage.home import Home
+    from strata.storage.manifest import StateDir
+
+    tables = StateDir(Home(str(home)).stage(stage)).current().state["tables"]
+    (entry,) = [t for t in tables.values() if t["lineage"] == ["_g"]]
+    return entry
+
+
+def test_a_group_by_epoch_writes_only_the_groups_it_touched(spark, tmp_path):
+    """A general-plan group-by's epoch on Spark appends only the groups of its increment,
+    as their new versions (an emptied group as a tombstone); every reader gets the newest
+    row per group: the answer, the next epoch in the driver (Arrow) and on Spark; once the
+    table has twice the rows it had when last written whole, an epoch rewrites it whole.
+    Answers equal DuckDB's after every epoch."""
+    from tests.helpers import epochs_in
+    from tests.queries.oracle import duckdb_answer, normalized
+
+    sql = "SELECT x, count(*) AS n, sum(y) AS s FROM R GROUP BY x HAVING count(*) > 1"
+    df = Dataflow("versions")
+    df.source("R", "x bigint, y bigint, _mult bigint")
+    add_query(df, "q", sql)
+    home, seen = tmp_path / "home", {"R": [], "D": [], "P": []}
+    first = [{"x": k, "y": j, "_mult": 1} for k in range(100) for j in range(2)]
+    later = [  # 40 groups each: one emptied (both its rows deleted), 39 grow
+        [{"x": 90 + e, "y": j, "_mult": -1} for j in range(2)]
+        + [{"x": k, "y": e, "_mult": 1} for k in range(39)] for e in range(1, 9)]
+    written = []
+    with Controller(str(home), df, spark=spark, num_partitions=2) as c:
+        for e, rows in enumerate([first, *later], 1):
+            with epochs_in(spark, "driver" if e == 4 else "tasks"):
+                c.ingest("R", rows)
+                seen["R"] += rows
+                c.run()
+            got = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
+            assert got == duckdb_answer(sql, seen), e
+            entry = _group_table(home, "q")
+            if e == 2:  # before a later epoch collects the files it replaces
+                fresh = [f for f in entry["files"] if f not in written[0]["files"]]
+                stamped = pa.concat_tables([pq.read_table(f) for f in fresh])
+            written.append(entry)
+    assert "versions" not in written[0]  # the first epoch writes the table whole
+    assert written[1]["versions"] and stamped.num_rows == 40  # the touched groups only
+    assert set(stamped.column("_v").to_pylist()) == {2}
+    assert sorted(stamped.column("_cnt").to_pylist())[0] == 0  # x = 92 is a tombstone
+    # the driver's epoch (4) writes the table whole; Spark's epochs after it append again,
+    # until one finds twice the rows of the last whole write and rewrites it
+    assert "versions" not in written[3] and written[4]["versions"]
+    assert any("versions" not in t for t in written[5:]), written

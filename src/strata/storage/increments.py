@@ -98,14 +98,21 @@ def read_table(files: Sequence[str], schema: pa.Schema, max_rows: int | None = N
                cache: bool = False) -> pa.Table | None:
     """The rows of Parquet ``files`` as one table of ``schema`` (its columns, cast to its
     types), read by this process; None if they have more than ``max_rows`` rows (known
-    from the footers, before any data is read). With ``cache``, files are kept in this
-    process's :data:`FILE_CACHE` for the next read (state files, which never change)."""
+    from the footers, before any data is read). A column a file lacks is NULL in its rows,
+    as Spark reads it. With ``cache``, files are kept in this process's
+    :data:`FILE_CACHE` for the next read (state files, which never change)."""
     if max_rows is not None and sum(row_count(f) for f in files) > max_rows:
         return None
     if not files:
         return schema.empty_table()
-    return pa.concat_tables([_read_file(f, cache, schema.names).select(schema.names)
-                             .cast(schema) for f in files])
+    return pa.concat_tables([_conformed(_read_file(f, cache, schema.names), schema)
+                             for f in files])
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns of ``schema``, cast to its types (NULLs where it has none)."""
+    return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
 
 
 def row_count(uri: str) -> int:

@@ -27,7 +27,7 @@ from strata.queries.plan.incremental import IncrementalQuery
 from strata.queries.spark import dispatch
 from strata.queries.spark.evaluator import EvalMode, Evaluator
 from strata.queries.spark.frames import run_all, struct_type, write_parquet
-from strata.queries.spark.tables import QueryTables
+from strata.queries.spark.tables import VERSION, QueryTables, latest_records
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import read_records, write_table, written_increment
@@ -99,7 +99,8 @@ class QueryProgram(StageProgram):
         previous = set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
         out_dir = ctx.output_dir(self.output)
         try:
-            tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token)
+            tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token,
+                                 version=ctx.epoch)
             run = Evaluator(self, spark, tables, ctx.inputs, mode=dispatch.epoch_mode(
                 ctx, tables, self.eval_mode, self.driver_epochs),
                             whole=self.whole_flows())
@@ -120,9 +121,9 @@ class QueryProgram(StageProgram):
     # -- the committed state, read from files -------------------------------------------
     @classmethod
     def read_state(cls, layout: StageLayout, snap: StateSnapshot) -> list[dict]:
-        """Rows of each table, marked with the table's name."""
+        """Rows of each table (a versioned table's newest), marked with the table's name."""
         return [{"_table": name, **r} for name, t in _tables_of(snap).items()
-                for r in read_records(t["files"])]
+                for r in _table_records(t)]
 
     @classmethod
     def read_answer(cls, layout: StageLayout, snap: StateSnapshot) -> pa.Table:
@@ -229,7 +230,7 @@ def read_answer(snap: StateSnapshot) -> pa.Table:
         raise StrataError(f"stage {snap.stage!r} is not a query, or has not run yet")
     cols = spec["columns"]
     schema = pa.schema([parse_ddl(spec["ddl"]).field(c) for c in cols])
-    rows = read_records(snap.state["tables"].get(spec["table"], {}).get("files", []))
+    rows = _table_records(snap.state["tables"].get(spec["table"], {}))
     if spec["grouped"]:
         rows = [{c: r[c] for c in cols} for r in rows if r["_keep"]]
     else:  # an accumulated bag of changes: net each row's multiplicity
@@ -249,6 +250,14 @@ def _hashable(v):
     if isinstance(v, dict):
         return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
     return v
+
+
+def _table_records(entry: Mapping[str, Any]) -> list[dict]:
+    """A committed table's rows as dicts: a versioned table's newest row per group."""
+    rows = read_records(entry.get("files", []))
+    if not entry.get("versions"):
+        return [{k: v for k, v in r.items() if k != VERSION} for r in rows]
+    return latest_records(rows, lambda r: _hashable(r["_g"]))
 
 
 def _tables_of(snap: StateSnapshot) -> dict[str, dict]:

@@ -1,8 +1,9 @@
 """Group-by queries on the vectorized route: state partitioned by group, never shuffled.
 
-The general plan of a group-by (:mod:`strata.queries.spark.evaluator`) merges an increment into
-the whole state table with a full outer join and writes the table again: its epochs cost
-in proportion to the state. A group-by that
+The general plan of a group-by (:mod:`strata.queries.spark.evaluator`) finds the groups an
+increment touches with a semi join over the whole state table and appends their new
+versions (docs/architecture.md, "Group state by the change"): it writes in proportion to
+the increment but still scans the state and groups its versions. A group-by that
 
 * reads one flow through filters and projections (a flow with deletes, a ``_mult``
   column, only for counts, sums and averages: ``min`` and ``max`` cannot take a row back),

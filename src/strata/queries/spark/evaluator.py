@@ -43,7 +43,7 @@ from strata.queries.spark import dispatch, explode, outer_join, window_functions
 from strata.queries.spark.dispatch import EvalMode
 from strata.queries.spark.frames import cut, empty_frame, local_rows, struct_type
 from strata.queries.spark.group_by import lift
-from strata.queries.spark.tables import QueryTables
+from strata.queries.spark.tables import QueryTables, latest_frame
 from strata.storage.increments import Increment, read_table
 
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
@@ -410,6 +410,17 @@ class Evaluator:
         return driver_rows.union([now, retracted])
 
     # -- group-by --------------------------------------------------------------------------
+    def _touched_state(self, name: str, h: DataFrame) -> DataFrame | None:
+        """The newest stored row of each group of ``h`` (a semi join, then the newest
+        version per group: the stored side is read where it lies, only ``h``'s keys are
+        shuffled)."""
+        stored = self.tables.read_versions(name)
+        if stored is None:
+            return None
+        # hash joins on h's keys: the stored side streams past them, unsorted
+        touched = stored.join(h.select("_g").hint("shuffle_hash"), "_g", "left_semi")
+        state = latest_frame(touched) if self.tables.versioned(name) else touched
+        return state.hint("shuffle_hash")
     def _group(self, plan: GroupPlan, d: Rows) -> Rows:
         node = plan.node
         lifted = arrow_step.lifted(plan, d) if self.arrow else None
@@ -424,16 +435,21 @@ class Evaluator:
                 self.tables.upsert(plan.name, done[0], count="_cnt")
                 return done[1]
             state = None if state_rows is None else state_rows.frame()
-        else:
-            state = self.tables.read(plan.name)
         h = h_rows.frame()
+        # by the change (docs/architecture.md, "Group state by the change"): only the groups
+        # of ``h`` are merged and appended as their new versions; else the whole table
+        touched_only = self._deferred or (self.tables.has(plan.name) and
+                                          not self.tables.versions_due(plan.name))
+        if not self._deferred:
+            state = self._touched_state(plan.name, h) if touched_only else \
+                self.tables.read(plan.name)
         if state is None:  # no state yet: an empty table of the same shape
             empty = h.select("*", *[F.lit(None).cast(spark_type(node.columns[o])).alias(o)
                                     for o in outputs], F.lit(False).alias("_keep")).limit(0)
             state = empty
         s, dd = state.alias("s"), h.alias("d")
         j = s.join(dd, F.col("s._g") == F.col("d._g"),
-                   "right_outer" if self._deferred else "full_outer")
+                   "right_outer" if touched_only else "full_outer")
         merged = [F.coalesce(F.col("s._g"), F.col("d._g")).alias("_g"),
                   F.col("d._g").isNotNull().alias("_touched"),
                   F.coalesce(F.col("s._keep"), F.lit(False)).alias("_old_keep"),
@@ -453,6 +469,9 @@ class Evaluator:
             m_rows = cut(m)[0]
             self.tables.upsert(plan.name, driver_rows.select(m_rows, state_cols), count="_cnt")
             m = m_rows.frame()
+        elif touched_only:  # every touched group's new version (a tombstone if emptied)
+            m = self.materialize(m)
+            self.tables.stage(plan.name, m.select(*state_cols), ["_g"], "versions")
         else:
             m = self.materialize(m)
             self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],

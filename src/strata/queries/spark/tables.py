@@ -9,6 +9,13 @@ bucketed tables"). An epoch *stages* its table writes (:meth:`QueryTables.stage`
 them with its output write, and moves the files into place (:meth:`QueryTables.commit_files`)
 just before its manifest is committed. Files that an interrupted epoch moved but never
 committed are deleted before the next epoch reads anything.
+
+A group-by's state is *versioned* (``docs/architecture.md``, "Group state by the change"):
+an epoch appends only the groups it touched, each row stamped with the epoch (``_v``), and
+a group with no rows left as a tombstone (``_cnt`` 0); the newest version of each group is
+its row. Readers get the newest rows (:meth:`QueryTables.read`, :meth:`QueryTables.arrow`,
+:func:`latest_records`), computed per bucket without a shuffle; the epoch that finds the
+table has grown to twice its rows at the last rewrite (or has many files) rewrites it.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from strata.storage.increments import FILE_CACHE, read_table, row_count, write_t
 
 BUCKET = "_strata_bucket"  # the partition column a bucketed table's write is split by
 COMPACT_FILES_PER_BUCKET = 8  # a join input table is compacted beyond this many runs
+VERSION = "_v"  # the epoch that wrote a versioned table's row
+COUNT = "_cnt"  # a group's record count: 0 in a tombstone
+VERSIONS_GROWTH = 2  # a versioned table is rewritten once its rows reach this × its groups
 # A committed table of at most spark.strata.query.driverTableRows rows may be read by the
 # driver (an iteration's state, a small epoch's join inputs): tens of MB as Arrow, kept in
 # the driver's file cache between epochs (storage.increments.FILE_CACHE;
@@ -65,7 +75,7 @@ class _Staged:
 
     name: str
     ddl: str
-    mode: str  # "append" or "replace"
+    mode: str  # "append", "replace" or "versions" (newer rows of keyed groups)
     lineage: list[str]
     path: str
     df: Rows | None
@@ -167,8 +177,9 @@ class QueryTables:
     """The state tables of one query stage in one epoch."""
 
     def __init__(self, spark: SparkSession, layout: StageLayout, live: Mapping[str, dict],
-                 n: int, token: str, sweep: bool = True) -> None:
+                 n: int, token: str, sweep: bool = True, version: int = 0) -> None:
         self.spark, self.layout, self.n, self.token = spark, layout, n, token
+        self.version = version  # stamps the rows of a versioned write (the epoch)
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, Rows] = {}  # keyed rows upserted, not yet staged
@@ -202,8 +213,33 @@ class QueryTables:
         return bool(self.live.get(name, {}).get("files"))
 
     def schema(self, name: str) -> StructType:
-        """The committed table's Spark schema (from the catalog entry: no Spark call)."""
+        """The schema of the committed table's rows as readers get them (from the catalog
+        entry: no Spark call)."""
+        return StructType([f for f in self._stored_schema(name).fields if f.name != VERSION])
+
+    def _stored_schema(self, name: str) -> StructType:
         return frames.struct_type(self.live[name]["ddl"])
+
+    def versioned(self, name: str) -> bool:
+        """Whether committed table ``name`` holds versions of its groups (:meth:`stage`
+        with ``versions``) since it was last written whole."""
+        return bool(self.live.get(name, {}).get("versions"))
+
+    def versions_due(self, name: str) -> bool:
+        """Whether versioned-or-not keyed table ``name`` should be written whole this
+        epoch: it has rows from at least ``VERSIONS_GROWTH`` times as many row writes as
+        it had groups when last written whole, or too many files."""
+        t = self.live.get(name, {})
+        if not self.versioned(name):
+            return False
+        whole = t.get("whole_rows") or 0
+        return self.rows(name) >= VERSIONS_GROWTH * max(whole, 1) or \
+            self.needs_compaction(name, factor=4)
+
+    def read_versions(self, name: str) -> DataFrame | None:
+        """Every stored row of keyed table ``name``, superseded versions and tombstones
+        included (bucketed by ``_g``), or None if it has none."""
+        return self._open(name, latest=False)
 
     def arrow(self, name: str) -> pa.Table | None:
         """The committed table as Arrow, read by the driver once per epoch, if it has rows
@@ -216,8 +252,11 @@ class QueryTables:
     def _read_small(self, name: str) -> pa.Table | None:
         if not self.has(name) or self.rows(name) > dispatch.driver_table_rows(self.spark):
             return None
-        return read_table(self.live[name]["files"], driver_rows.arrow_schema(self.schema(name)),
-                          cache=True)
+        table = read_table(self.live[name]["files"],
+                           driver_rows.arrow_schema(self._stored_schema(name)), cache=True)
+        if table is None or VERSION not in table.column_names:
+            return table
+        return latest_arrow(table) if self.versioned(name) else table.drop_columns([VERSION])
 
     def rows(self, name: str) -> int:
         """How many rows committed table ``name`` has (from its files' footers)."""
@@ -233,13 +272,16 @@ class QueryTables:
             limit = dispatch.driver_table_rows(self.spark)
         return all(self.rows(name) <= limit for name in self.live)
 
-    def _open(self, name: str) -> DataFrame | None:
+    def _open(self, name: str, latest: bool = True) -> DataFrame | None:
         t = self.live.get(name)
         if not t or not t["files"]:
             return None
         if not t["lineage"]:
             return self.spark.read.schema(t["ddl"]).parquet(*t["files"])
-        return read_bucketed(self.spark, self._dir(name), t["ddl"], t["lineage"], self.n)
+        df = read_bucketed(self.spark, self._dir(name), t["ddl"], t["lineage"], self.n)
+        if not latest or VERSION not in df.columns:
+            return df
+        return latest_frame(df) if self.versioned(name) else df.drop(VERSION)
 
     def stage(self, name: str, df: DataFrame | Rows, lineage: Sequence[str],
               mode: str) -> None:
@@ -248,6 +290,9 @@ class QueryTables:
         the epoch's staged writes, which run together with the epoch's output write."""
         path = fs.join(self.layout.staging_dir(self.token), f"{name}-{len(self.staged)}")
         rows = Rows.of_frame(df)
+        if mode == "versions":  # each row stamped with this epoch
+            rows = Rows.of_frame(rows.frame().withColumn(
+                VERSION, F.lit(self.version).cast("bigint")))
         self.staged.append(_Staged(name, ddl_of(rows.schema), mode, list(lineage), path, rows))
 
     def writes(self) -> list[Callable[[], None]]:
@@ -486,14 +531,56 @@ class QueryTables:
                 fs.move(f, dst)
                 FILE_CACHE.move(f, dst)
                 moved.append(dst)
-            old = out.get(s.name, {}).get("files", []) if s.mode == "append" else []
+            before = out.get(s.name, {})
+            old = before.get("files", []) if s.mode != "replace" else []
             out[s.name] = {"files": old + moved, "ddl": s.ddl, "lineage": s.lineage}
             if s.mode == "replace" and s.rows is not None:
                 out[s.name]["rows"] = s.rows
+            if s.mode == "versions":
+                out[s.name]["versions"] = True
+                out[s.name]["whole_rows"] = before.get("whole_rows", before.get("rows", 0))
         return out
 
-    def needs_compaction(self, name: str, bucketed: bool = True) -> bool:
+    def needs_compaction(self, name: str, bucketed: bool = True, factor: int = 1) -> bool:
         """Whether table ``name`` has so many files that it should be rewritten (netted):
-        more than ``COMPACT_FILES_PER_BUCKET`` per bucket (or in all, if not bucketed)."""
+        more than ``factor`` × ``COMPACT_FILES_PER_BUCKET`` per bucket (or in all, if not
+        bucketed)."""
         files = len(self.live.get(name, {}).get("files", []))
-        return files >= COMPACT_FILES_PER_BUCKET * (self.n if bucketed else 1)
+        return files >= factor * COMPACT_FILES_PER_BUCKET * (self.n if bucketed else 1)
+
+
+# -- the newest version of each group -----------------------------------------------------
+def latest_frame(df: DataFrame) -> DataFrame:
+    """The newest row of each ``_g`` of versioned rows ``df`` (rows written whole carry no
+    version and are the oldest), tombstones dropped, without ``_v``. Over a table bucketed
+    by ``_g`` the grouping needs no shuffle."""
+    others = [c for c in df.columns if c not in ("_g", VERSION)]
+    newest = F.max_by(F.struct(*[F.col(f"`{c}`") for c in others]),
+                      F.coalesce(F.col(VERSION), F.lit(-1)))
+    return (df.groupBy("_g").agg(newest.alias("_r"))
+            .select("_g", *[F.col(f"_r.`{c}`").alias(c) for c in others])
+            .where(F.col(COUNT) != 0))
+
+
+def latest_arrow(table: pa.Table) -> pa.Table | None:
+    """:func:`latest_frame` in Arrow; None if a key column's type cannot be grouped here."""
+    g = table.column("_g").combine_chunks()
+    keys = {f"__k{i}": pc.struct_field(g, [i]) for i in range(g.type.num_fields)}
+    if not all(driver_rows.groupable(k.type) for k in keys.values()):
+        return None
+    order = pc.sort_indices(pc.fill_null(table.column(VERSION), -1))
+    newest = pa.table({**{k: v.take(order) for k, v in keys.items()},
+                       "__i": order}).group_by(list(keys), use_threads=False).aggregate(
+        [("__i", "last")])
+    out = table.take(newest.column("__i_last")).drop_columns([VERSION])
+    return out.filter(pc.not_equal(out.column(COUNT), 0))
+
+
+def latest_records(rows: Sequence[dict], key: Callable[[dict], object]) -> list[dict]:
+    """:func:`latest_frame` over rows read as dicts (``key`` makes a row's ``_g``
+    hashable)."""
+    newest: dict[object, dict] = {}
+    for r in sorted(rows, key=lambda r: -1 if r.get(VERSION) is None else r[VERSION]):
+        newest[key(r)] = r
+    return [{k: v for k, v in r.items() if k != VERSION}
+            for r in newest.values() if r.get(COUNT) != 0]
