@@ -421,6 +421,7 @@ class Evaluator:
         touched = stored.join(h.select("_g").hint("shuffle_hash"), "_g", "left_semi")
         state = latest_frame(touched) if self.tables.versioned(name) else touched
         return state.hint("shuffle_hash")
+
     def _group(self, plan: GroupPlan, d: Rows) -> Rows:
         node = plan.node
         lifted = arrow_step.lifted(plan, d) if self.arrow else None
@@ -469,13 +470,11 @@ class Evaluator:
             m_rows = cut(m)[0]
             self.tables.upsert(plan.name, driver_rows.select(m_rows, state_cols), count="_cnt")
             m = m_rows.frame()
-        elif touched_only:  # every touched group's new version (a tombstone if emptied)
+        else:  # every touched group's new version (a tombstone if emptied), or the table
             m = self.materialize(m)
-            self.tables.stage(plan.name, m.select(*state_cols), ["_g"], "versions")
-        else:
-            m = self.materialize(m)
-            self.tables.stage(plan.name, m.where("_cnt <> 0").select(*state_cols), ["_g"],
-                              "replace")
+            rows = m if touched_only else m.where("_cnt <> 0")
+            self.tables.stage(plan.name, rows.select(*state_cols), ["_g"],
+                              "versions" if touched_only else "replace")
         same = F.lit(True)
         for o in outputs:
             same = same & F.col(f"`{o}`").eqNullSafe(F.col(f"`_old_{o}`"))
