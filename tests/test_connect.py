@@ -448,21 +448,34 @@ def test_window_queries_run_over_spark_connect_like_on_classic_spark(connect_url
 
 def test_a_series_runs_over_spark_connect_like_on_classic_spark(connect_url, tmp_path):
     """A series' views and answers are DataFrame plans: over Connect each occurrence
-    equals the classic run's and DuckDB's over the segments it covers."""
+    equals the classic run's and DuckDB's over the segments it covers (a grouping over
+    two segments, and today's groups left-joined to yesterday's)."""
     pipeline = tmp_path / "clicks.py"
     pipeline.write_text(SOURCES.format(name="clicks", ddl=CLICKS_DDL))
     rng = random.Random(5)
     segments = [segment(rng, 25) for _ in range(3)]
     weekly = "SELECT A, B, count(*) AS hits FROM log WHERE A <> 'gb' GROUP BY A, B"
+    joined = ("SELECT t.D AS D, t.m AS today, y.m AS yesterday FROM (SELECT D, max(B) AS m "
+              "FROM today GROUP BY D) t LEFT JOIN (SELECT D, max(B) AS m FROM yesterday "
+              "WHERE A = 'us' GROUP BY D) y ON t.D = y.D")
+    series = {"last2": (weekly, ["log=log[-1:0]"]),
+              "q3": (joined, ["today=log", "yesterday=log[-1]"])}
+
+    def setup(home: Path) -> None:
+        for name, (sql, tables) in series.items():
+            strata_here("series", "add", name, sql, *[a for t in tables for a in ("--table", t)],
+                        "--plan", "views", "--home", home)
+
     for n, homes in enumerate(_run_on_both(
             connect_url, pipeline, "log", [s.to_pylist() for s in segments], tmp_path,
-            setup=lambda home: strata_here("series", "add", "last2", weekly, "--table",
-                                           "log=log[-1:0]", "--plan", "views", "--home",
-                                           home)), 1):
-        if n < 2:  # its first occurrence is due at segment 2
+            setup=setup), 1):
+        if n < 2:  # the first occurrences are due at segment 2
             continue
-        answers = [canon(json.loads(line) for line in strata_here(
-            "series", "show", "last2", "--home", home, "--format", "jsonl").splitlines())
-            for home in homes]
-        assert answers[0] == answers[1] == canon(series_answer(
-            weekly, {"log": range(n - 1, n + 1)}, segments)), n
+        windows = {"last2": {"log": range(n - 1, n + 1)},
+                   "q3": {"today": range(n, n + 1), "yesterday": range(n - 1, n)}}
+        for name, (sql, _) in series.items():
+            answers = [canon(json.loads(line) for line in strata_here(
+                "series", "show", name, "--home", home, "--format", "jsonl").splitlines())
+                for home in homes]
+            assert answers[0] == answers[1] == canon(series_answer(
+                sql, windows[name], segments)), (name, n)

@@ -1,11 +1,14 @@
-"""Spark plans for a series: a view of one segment, and an occurrence from its views.
+"""Spark plans for a series: a view of one segment, an occurrence from its views, and
+the shared passes that compute several views of a segment at once.
 
-:func:`view_of_segment` computes a :class:`~strata.series.normalize.View` from one
-segment's rows (``h`` for a partial aggregate). :func:`occurrence` evaluates the rest of
-the query over the views of the occurrence's window: partials are merged per group with
-the monoids' ``⊗`` and answered with ``a``; rows views are unioned and joined or grouped.
-Stored views carry the table's column prefix stripped, so that tables of the same
-subplan share them; :func:`occurrence` puts it back.
+:class:`SparkBackend` runs the operators of :mod:`strata.series.occurrence`'s one
+interpreter as DataFrame plans: :func:`view_of_segment` computes a
+:class:`~strata.series.normalize.View` from one segment's rows (``h`` for a partial
+aggregate), :func:`occurrence` the rest of the query over the views of the occurrence's
+window (partials merged per group with the monoids' ``⊗`` and answered with ``a``; rows
+views unioned and joined or grouped). Stored views carry the table's column prefix
+stripped, so that tables of the same subplan share them; an occurrence puts it back.
+The jumbo, prefix and reordered passes compute many partial views in one scan.
 """
 
 from __future__ import annotations
@@ -27,57 +30,86 @@ from strata.queries.plan import (
     GroupPlan,
     Join,
     Map,
-    Node,
+    Query,
     QueryError,
     Scan,
-    Union,
     Windowed,
     bind,
     is_aggregate,
-    monoid,
     to_sql,
 )
 from strata.queries.spark import answer, explode, lift, row_exprs, window_functions
-from strata.series.normalize import SeriesPlan, View, union_partials
+from strata.series.normalize import SeriesPlan, View
+from strata.series.occurrence import group_plan, occurrence_of, segment_view, unprefixed
 
 ViewReader = Callable[[View, range], DataFrame]  # the stored views of a run of segments
 
 
-def group_plan(node: GroupBy, monoids=None) -> GroupPlan:
-    """The monoids of ``node`` over an input that never deletes rows (segments only grow)."""
-    if monoids is None:
-        monoids = [monoid(a, f"_p{i}", node.child.columns, False)
-                   for i, a in enumerate(node.aggs)]
-    return GroupPlan(node, "", list(monoids))
+class SparkBackend:
+    """The operators of a series' plan as Spark plans (:class:`strata.series.occurrence.
+    Backend`): any plan. Relations carry ``_mult`` (1 for every row of a segment; a
+    join's rows the product of its sides')."""
 
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
 
-def rows(node: Node, segment: DataFrame) -> DataFrame:
-    """``node`` (a scan under maps and explodes) over one segment's rows, with ``_mult``
-    = 1."""
-    if isinstance(node, Scan):
+    def scanned(self, node: Scan, segment: DataFrame) -> DataFrame:
         return segment.select(*[F.col(f"`{c}`").alias(node.prefix + c) for c in node.schema],
                               F.lit(1).cast("bigint").alias(MULT))
-    if isinstance(node, Explode):
-        return explode.spark_rows(node, rows(node.child, segment))
-    assert isinstance(node, Map), node
-    return _map(node, rows(node.child, segment))
 
+    def mapped(self, node: Map, d: DataFrame) -> DataFrame:
+        if node.where is not None:
+            d = d.where(F.expr(to_sql(node.where)))
+        if node.outputs is not None:
+            d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
+        return d
 
-def _map(node: Map, d: DataFrame) -> DataFrame:
-    if node.where is not None:
-        d = d.where(F.expr(to_sql(node.where)))
-    if node.outputs is not None:
-        d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs], MULT)
-    return d
+    def exploded(self, node: Explode, d: DataFrame) -> DataFrame:
+        return explode.spark_rows(node, d)
+
+    def windowed(self, node: Windowed, d: DataFrame) -> DataFrame:
+        return window_functions.over_rows(node, d).withColumn(MULT, F.lit(1).cast("bigint"))
+
+    def joined(self, node: Join, left: DataFrame, right: DataFrame) -> DataFrame:
+        cond = functools.reduce(operator.and_, [
+            left[f"`{lc}`"] == right[f"`{rc}`"] for lc, rc in node.on])
+        return left.join(right, cond, node.how).select(
+            *[left[f"`{c}`"] for c in node.left.columns],
+            *[right[f"`{c}`"] for c in node.right.columns],
+            (left[MULT] * F.coalesce(right[MULT], F.lit(1).cast("bigint"))).alias(MULT))
+
+    def union(self, parts: Sequence[DataFrame]) -> DataFrame:
+        return functools.reduce(DataFrame.unionByName, parts)
+
+    def lifted(self, gp: GroupPlan, d: DataFrame) -> DataFrame:
+        return lift(gp, d)
+
+    def answered(self, gp: GroupPlan, stacked: DataFrame, merge: bool) -> DataFrame:
+        merged = merge_partials(gp, stacked) if merge else stacked
+        return answer(gp, merged, self.spark).withColumn(MULT, F.lit(1).cast("bigint"))
+
+    def renamed(self, stored: DataFrame, names: dict[str, str]) -> DataFrame:
+        return stored.select(*[F.col(f"`{old}`").alias(new) for old, new in names.items()],
+                             MULT)
+
+    def finished(self, query: Query, out: DataFrame) -> DataFrame:
+        out = out.select(*[F.col(f"`{c}`") for c in query.root.columns])
+        if query.order_by:
+            out = out.orderBy(*[F.col(f"`{c}`").asc_nulls_first() if asc
+                                else F.col(f"`{c}`").desc_nulls_last()
+                                for c, asc in query.order_by])
+        return out.limit(query.limit) if query.limit is not None else out
 
 
 def view_of_segment(view: View, segment: DataFrame) -> DataFrame:
     """The view's rows for one segment, as stored (the table's prefix stripped)."""
-    if view.kind == "partial":
-        assert isinstance(view.node, GroupBy)
-        return lift(group_plan(view.node, view.monoids), rows(view.node.child, segment))
-    d = rows(view.node, segment)
-    return d.select(*[F.col(f"`{c}`").alias(unprefixed(c, view.prefix)) for c in d.columns])
+    return segment_view(view, segment, SparkBackend(segment.sparkSession))
+
+
+def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
+               spark: SparkSession) -> DataFrame:
+    """The answer of the occurrence whose newest segment is ``newest``."""
+    return occurrence_of(plan, newest, read_views, SparkBackend(spark))
 
 
 def jumbo_eligible(view: View) -> bool:
@@ -335,11 +367,6 @@ def jumbo_branch(view: View, index: int, stored: DataFrame) -> DataFrame:
                          *[F.col(f"`b{index}__{p.name}`").alias(p.name) for p in parts])
 
 
-def unprefixed(name: str, prefix: str) -> str:
-    """``name`` without a view's column ``prefix`` (as the view's table stores it)."""
-    return name[len(prefix):] if prefix and name.startswith(prefix) else name
-
-
 def merge_partials(plan: GroupPlan, stacked: DataFrame) -> DataFrame:
     """``⊗`` over the partials of several segments: one row of parts per group."""
     aggs: list[Column] = []
@@ -361,60 +388,3 @@ def merge_partials(plan: GroupPlan, stacked: DataFrame) -> DataFrame:
             f"aggregate(slice({lst}, 2, greatest(size({lst}) - 1, 0)), element_at({lst}, 1), "
             f"(_s, _d) -> {body})"))
     return merged
-
-
-def occurrence(plan: SeriesPlan, newest: int, read_views: ViewReader,
-               spark: SparkSession) -> DataFrame:
-    """The answer of the occurrence whose newest segment is ``newest``."""
-    windows = plan.schedule.window(newest)
-
-    def evaluate(node: Node) -> DataFrame:
-        view = plan.views.get(id(node))
-        if view is not None:
-            stored = read_views(view, windows[view.table])
-            if view.kind == "partial":
-                assert isinstance(node, GroupBy)
-                gp = group_plan(node, view.monoids)
-                return answer(gp, merge_partials(gp, stored), spark)
-            return stored.select(*[F.col(f"`{unprefixed(c, view.prefix)}`").alias(c)
-                                   for c in node.columns])
-        if isinstance(node, Map):
-            d = evaluate(node.child)
-            if node.where is not None:
-                d = d.where(F.expr(to_sql(node.where)))
-            if node.outputs is not None:
-                d = d.select(*[F.expr(to_sql(e)).alias(n) for n, e in node.outputs])
-            return d
-        if isinstance(node, Explode):
-            return explode.spark_rows(node, evaluate(node.child))
-        if isinstance(node, Windowed):  # over the occurrence's rows: not by segment
-            return window_functions.over_rows(node, evaluate(node.child))
-        if isinstance(node, Join):
-            left, right = evaluate(node.left), evaluate(node.right)
-            cond = functools.reduce(lambda a, b: a & b, [
-                left[f"`{lc}`"] == right[f"`{rc}`"] for lc, rc in node.on])
-            return left.join(right, cond, node.how)
-        branches = union_partials(node, plan)
-        if branches is not None:
-            assert isinstance(node, GroupBy)
-            gp = group_plan(node, branches[0].monoids)
-            stored = functools.reduce(DataFrame.unionByName,
-                                      [read_views(v, windows[v.table]) for v in branches])
-            return answer(gp, merge_partials(gp, stored), spark)
-        if isinstance(node, Union):
-            return functools.reduce(DataFrame.unionByName, [evaluate(c) for c in node.inputs])
-        if isinstance(node, GroupBy):  # over a join: group the window's rows as they are
-            gp = group_plan(node)
-            d = evaluate(node.child).withColumn(MULT, F.lit(1).cast("bigint"))
-            return answer(gp, lift(gp, d), spark)
-        raise QueryError(f"cannot run {node} in a query series")
-
-    root = plan.query.root
-    out = evaluate(root).select(*[F.col(f"`{c}`") for c in root.columns])
-    q = plan.query
-    if q.order_by:
-        out = out.orderBy(*[F.col(f"`{c}`").asc_nulls_first() if asc
-                            else F.col(f"`{c}`").desc_nulls_last() for c, asc in q.order_by])
-    if q.limit is not None:
-        out = out.limit(q.limit)
-    return out

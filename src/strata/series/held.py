@@ -15,26 +15,24 @@ the held rows as a local relation. Results are the same either way.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from strata.physical.program import EpochContext
 from strata.physical.session import is_connect
-from strata.queries.arrow import Rows, aggregate, arrow_step, driver_rows, outside
-from strata.queries.plan import MULT, GroupBy, GroupPlan, Join, Map, Node, Scan, Union
+from strata.queries.arrow import Rows, Unsupported, arrow_step, driver_rows
+from strata.queries.plan import MULT, Explode, GroupPlan, Join, Map, Query, Scan, Windowed
 from strata.queries.spark import QueryTables, dispatch
-from strata.series.evaluate import group_plan, unprefixed
-from strata.series.normalize import SeriesPlan, View, union_partials
+from strata.series.normalize import SeriesPlan, View
+from strata.series.occurrence import occurrence_of, segment_view
 from strata.storage import fs
 from strata.storage.increments import FILE_CACHE, Increment, read_table
 
 HeldReader = Callable[[View, range], "Rows | None"]
-_MERGE = {"add": "sum", "least": "min", "greatest": "max"}
 
 
 def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
@@ -60,32 +58,15 @@ def held_segment(ctx: EpochContext, segment: Increment, schema: StructType
 def held_view(view: View, segment: Rows, schema: StructType) -> Rows | None:
     """A partial view of held ``segment`` in Arrow, with ``schema`` (the Spark plan's:
     :func:`strata.series.evaluate.view_of_segment`), or None."""
-    if view.kind != "partial":
-        return None
-    assert isinstance(view.node, GroupBy)
-    d = _rows(view.node.child, segment)
-    h = arrow_step.lifted(group_plan(view.node, view.monoids), d) if d is not None else None
-    table = h.arrow() if h is not None else None
-    if table is None:
+    if view.kind != "partial" or segment.arrow() is None:
         return None
     try:
+        table = segment_view(view, segment, ArrowBackend()).arrow()
+        assert table is not None  # the backend holds what it returns
         table = table.select(schema.names).cast(driver_rows.arrow_schema(schema))
-    except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except (Unsupported, KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return Rows.of_arrow(segment.spark, table, schema)
-
-
-def _rows(node: Node, segment: Rows) -> Rows | None:
-    """``node`` (a scan under maps) over held ``segment``, with ``_mult`` = 1."""
-    if isinstance(node, Scan):
-        if segment.arrow() is None:
-            return None
-        return arrow_step.renamed(driver_rows.select(segment, list(node.schema), {MULT: 1}),
-                                  {c: node.prefix + c for c in node.schema})
-    if isinstance(node, Map):
-        d = _rows(node.child, segment)
-        return arrow_step.mapped(node, d) if d is not None else None
-    return None
 
 
 def with_segment(frame: Rows, segment: int, schema: StructType) -> Rows:
@@ -124,153 +105,70 @@ def uncached_bytes(files: Sequence[str]) -> int:
 
 
 # -- an occurrence over held views ------------------------------------------------------
+def _held(rows: Rows | None) -> Rows:
+    """``rows`` if the driver holds them; else Arrow cannot go on."""
+    if rows is None or rows.arrow() is None:
+        raise Unsupported
+    return rows
+
+
+class ArrowBackend:
+    """The operators of a series' plan in Arrow over rows the driver holds
+    (:class:`strata.series.occurrence.Backend`), with the query layer's Arrow operators;
+    :class:`Unsupported` where they do not do exactly what Spark's plan does."""
+
+    def scanned(self, node: Scan, segment: Rows) -> Rows:
+        rows = driver_rows.select(_held(segment), list(node.schema), {MULT: 1})
+        return _held(arrow_step.renamed(rows, {c: node.prefix + c for c in node.schema}))
+
+    def mapped(self, node: Map, d: Rows) -> Rows:
+        return _held(arrow_step.mapped(node, d))
+
+    def exploded(self, node: Explode, d: Rows) -> Rows:
+        raise Unsupported
+
+    def windowed(self, node: Windowed, d: Rows) -> Rows:
+        raise Unsupported
+
+    def joined(self, node: Join, left: Rows, right: Rows) -> Rows:
+        if node.how not in ("inner", "left"):
+            raise Unsupported
+        return _held(driver_rows.joined(node, left, right))
+
+    def union(self, parts: Sequence[Rows]) -> Rows:
+        return _held(driver_rows.union([_held(p) for p in parts]))
+
+    def lifted(self, gp: GroupPlan, d: Rows) -> Rows:
+        return _held(arrow_step.lifted(gp, d))
+
+    def answered(self, gp: GroupPlan, stacked: Rows, merge: bool) -> Rows:
+        if not gp.node.keys:  # a total answers one row even over no rows: Spark's to do
+            raise Unsupported
+        h = _held(arrow_step.merged_partials(gp, stacked)) if merge else stacked
+        done = arrow_step.merged(gp, h, None)
+        return _held(done[1] if done is not None else None)
+
+    def renamed(self, stored: Rows, names: dict[str, str]) -> Rows:
+        return _held(arrow_step.renamed(stored, names))
+
+    def finished(self, query: Query, out: Rows) -> pa.Table:
+        table = _held(out).arrow()
+        assert table is not None
+        done = driver_rows.ordered(table.select(list(query.root.columns)), query.order_by,
+                                   query.limit)
+        if done is None:
+            raise Unsupported
+        return done
+
+
 def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table | None:
     """The answer of the occurrence at segment ``newest`` computed in Arrow from the
     held views ``read`` gives, as :func:`strata.series.evaluate.occurrence` computes it
     with Spark; None if a view is not held or an operator is not done here."""
-    windows = plan.schedule.window(newest)
-
-    def evaluate(node: Node) -> Rows | None:
-        view = plan.views.get(id(node))
-        if view is not None:
-            stored = read(view, windows[view.table])
-            if stored is None:
-                return None
-            if view.kind == "partial":
-                return _answered(group_plan(node, view.monoids), stored)  # type: ignore[arg-type]
-            return arrow_step.renamed(stored, {unprefixed(c, view.prefix): c for c in node.columns})
-        branches = union_partials(node, plan)
-        if branches is not None:
-            parts = [read(v, windows[v.table]) for v in branches]
-            if any(p is None for p in parts):
-                return None
-            stacked = driver_rows.union(parts)  # type: ignore[arg-type]
-            return _answered(group_plan(node, branches[0].monoids), stacked)  # type: ignore[arg-type]
-        if isinstance(node, Map):
-            d = evaluate(node.child)
-            return arrow_step.mapped(node, d) if d is not None else None
-        if isinstance(node, Join) and node.how in ("inner", "left"):
-            left, right = evaluate(node.left), evaluate(node.right)
-            return _joined(node, left, right) if left is not None and right is not None \
-                else None
-        if isinstance(node, Union):
-            inputs = [evaluate(c) for c in node.inputs]
-            if any(d is None for d in inputs):
-                return None
-            out = driver_rows.union(inputs)  # type: ignore[arg-type]
-            return out if out.arrow() is not None else None
-        if isinstance(node, GroupBy) and node.keys:  # over a join: its rows as they are
-            d = evaluate(node.child)
-            gp = group_plan(node)
-            h = arrow_step.lifted(gp, d) if d is not None else None
-            return _answered(gp, h, merge=False) if h is not None else None
-        return None
-
-    root = plan.query.root
     try:
-        out = evaluate(root)
-    except (pa.ArrowException, KeyError):  # an error is Spark's plan's to report
+        return occurrence_of(plan, newest, lambda v, w: _held(read(v, w)), ArrowBackend())
+    except (Unsupported, pa.ArrowException, KeyError):  # an error is Spark's plan's to report
         return None
-    table = out.arrow() if out is not None else None
-    if table is None:
-        return None
-    table = table.select(list(root.columns))
-    return _ordered(plan, table)
-
-
-def _answered(gp: GroupPlan, stacked: Rows, merge: bool = True) -> Rows | None:
-    """``a`` over held partials ``stacked`` (several segments' rows per group merged by
-    ``⊗`` first, unless ``merge`` is False): the group-by's outputs, with ``_mult``."""
-    if not gp.node.keys:  # a total answers one row even over no rows: Spark's to do
-        return None
-    h = _merged(gp, stacked) if merge else stacked
-    done = arrow_step.merged(gp, h, None) if h is not None else None
-    return done[1] if done is not None else None
-
-
-def _merged(gp: GroupPlan, stacked: Rows) -> Rows | None:
-    """``⊗`` of held partial rows per group (``_g``): sums, minima and maxima."""
-    table = stacked.arrow()
-    if table is None or any(p.kind not in _MERGE for p in gp.parts):
-        return None
-    g = table.column("_g").combine_chunks()
-    keys = [pc.struct_field(g, [i]) for i in range(g.type.num_fields)]
-    if not all(driver_rows.groupable(k.type) for k in keys):
-        return None
-    names = [f"__k{i}" for i in range(len(keys))]
-    rows = pa.table({**dict(zip(names, keys, strict=True)),
-                     **{p.name: table.column(p.name) for p in gp.parts}})
-    try:
-        groups = aggregate(rows, names, [(p.name, _MERGE[p.kind]) for p in gp.parts])
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    parts = {}
-    for p in gp.parts:
-        value, target = groups[p.name], table.schema.field(p.name).type
-        if pa.types.is_decimal(value.type) and not pa.types.is_decimal(target) and \
-                pc.any(outside(value, target)).as_py():
-            return None  # Spark's ANSI overflow error
-        parts[p.name] = value.cast(target)
-    out = pa.table({"_g": pa.StructArray.from_arrays(
-        [groups[k].combine_chunks() for k in names], fields=list(g.type)), **parts})
-    return Rows.of_arrow(stacked.spark, out, stacked.schema)
-
-
-def _joined(node: Join, left: Rows, right: Rows) -> Rows | None:
-    """The equi-join of held ``left`` and ``right`` (``inner`` or ``left``: a NULL key
-    matches nothing, as in SQL), with ``_mult`` the product."""
-    a, b = left.arrow(), right.arrow()
-    if a is None or b is None:
-        return None
-    if [a.schema.field(lc).type for lc, _ in node.on] != \
-            [b.schema.field(rc).type for _, rc in node.on]:
-        return None
-    b = b.filter(_keyed(b, [rc for _, rc in node.on]))
-    valid = _keyed(a, [lc for lc, _ in node.on])
-    keyed = a.filter(valid)
-    pairs = driver_rows.match([keyed.column(lc) for lc, _ in node.on],
-                              [b.column(rc) for _, rc in node.on],
-                              "inner" if node.how == "inner" else "left outer")
-    if pairs is None:
-        return None
-    ltake, rtake = keyed.take(pairs.column("__l")), b.take(pairs.column("__r"))
-    if node.how == "left":  # left rows with a NULL key, their right columns NULL
-        unkeyed = a.filter(pc.invert(valid))
-        ltake = pa.concat_tables([ltake, unkeyed])
-        rtake = pa.concat_tables([rtake, pa.table({c: pa.nulls(unkeyed.num_rows, t)
-                                                   for c, t in zip(b.column_names,
-                                                                   b.schema.types,
-                                                                   strict=True)})])
-    out = pa.table({**{c: ltake.column(c) for c in node.left.columns},
-                    **{c: rtake.column(c) for c in node.right.columns},
-                    MULT: pc.multiply(ltake.column(MULT),
-                                      pc.fill_null(rtake.column(MULT), 1))})
-    fields = [f for f in [*left.schema.fields, *right.schema.fields] if f.name != MULT]
-    schema = StructType([StructField(f.name, f.dataType, True) for f in fields]
-                        ).add(MULT, LongType(), False)
-    return Rows.of_arrow(left.spark, out, schema)
-
-
-def _keyed(table: pa.Table, keys: Sequence[str]) -> pa.Array:
-    """Where none of ``keys`` is NULL."""
-    return functools.reduce(pc.and_, [pc.is_valid(table.column(k)) for k in keys])
-
-
-def _ordered(plan: SeriesPlan, table: pa.Table) -> pa.Table | None:
-    """``ORDER BY`` (ascending NULLs first, descending NULLs last, as the Spark plan)
-    and ``LIMIT`` of the query; None for a float key (Spark orders NaN above every
-    number and -0.0 with 0.0; Arrow does not)."""
-    q = plan.query
-    if q.order_by:
-        if any(pa.types.is_floating(table.schema.field(c).type) for c, _ in q.order_by):
-            return None
-        table = table.take(pc.sort_indices(table, sort_keys=[
-            (c, "ascending", "at_start") if asc else (c, "descending", "at_end")
-            for c, asc in q.order_by]))
-    if q.limit is not None:
-        table = table.slice(0, q.limit)
-    return table
-
 
 
 # -- the stage's reads in a held epoch ----------------------------------------------------

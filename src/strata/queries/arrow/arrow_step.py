@@ -31,6 +31,8 @@ from strata.queries.plan.algebra import Map, Nearest, Scan
 from strata.queries.plan.expressions import MULT, bind, to_sql
 from strata.queries.plan.incremental import GroupPlan, answer_scope
 
+_MERGE = {"add": "sum", "least": "min", "greatest": "max"}  # ⊗ as Arrow's aggregate
+
 
 def _held(df: Rows, table: pa.Table) -> Rows:
     return Rows.of_arrow(df.spark, table, arrow_types.spark_schema(table.schema))
@@ -233,6 +235,35 @@ def merged(plan: GroupPlan, h: Rows, state: Rows | None,
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
             return None
     return _held(h, rows), _held(h, changes)
+
+
+def merged_partials(gp: GroupPlan, stacked: Rows) -> Rows | None:
+    """``⊗`` of held partial rows per group (``_g``; several segments' or tasks' ``h``
+    of a group-by stacked): sums, minima and maxima; None for any other part."""
+    table = stacked.arrow()
+    if table is None or any(p.kind not in _MERGE for p in gp.parts):
+        return None
+    g = table.column("_g").combine_chunks()
+    keys = [pc.struct_field(g, [i]) for i in range(g.type.num_fields)]
+    if not all(driver_rows.groupable(k.type) for k in keys):
+        return None
+    names = [f"__k{i}" for i in range(len(keys))]
+    rows = pa.table({**dict(zip(names, keys, strict=True)),
+                     **{p.name: table.column(p.name) for p in gp.parts}})
+    try:
+        groups = aggregate(rows, names, [(p.name, _MERGE[p.kind]) for p in gp.parts])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    parts = {}
+    for p in gp.parts:
+        value, target = groups[p.name], table.schema.field(p.name).type
+        if pa.types.is_decimal(value.type) and not pa.types.is_decimal(target) and \
+                pc.any(outside(value, target)).as_py():
+            return None  # Spark's ANSI overflow error
+        parts[p.name] = value.cast(target)
+    out = pa.table({"_g": pa.StructArray.from_arrays(
+        [groups[k].combine_chunks() for k in names], fields=list(g.type)), **parts})
+    return Rows.of_arrow(stacked.spark, out, stacked.schema)
 
 
 def keyed(columns: Mapping[str, str], key: Sequence[str], rows: Rows,

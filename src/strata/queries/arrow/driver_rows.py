@@ -3,14 +3,16 @@
 An iteration's steps pass small tables from one to the next: what a group-by merged,
 the overlay of upserted keys, the iterate's change. :func:`~strata.queries.spark.frames.cut`
 brings such a table to the driver once, as a :class:`~strata.queries.arrow.rows.Rows`
-holding it. Projections, unions and keyed replacements of held tables run here in Arrow,
-where a Spark job over local relations, planned and run, cost about 0.2 s each, several
-times per step (docs/performance.md, "Iteration steps"). Anything not held falls back to
-the DataFrame operation, so callers need not know which they got.
+holding it. Projections, unions, keyed replacements, equi-joins and orderings of held
+tables run here in Arrow (also for a series' occurrences over held views), where a Spark
+job over local relations, planned and run, cost about 0.2 s each, several times per step
+(docs/performance.md, "Iteration steps"). Anything not held falls back to the DataFrame
+operation, so callers need not know which they got.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,6 +23,8 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from strata.physical import arrow_types
 from strata.queries.arrow.rows import Rows
+from strata.queries.plan.algebra import Join
+from strata.queries.plan.expressions import MULT
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -190,6 +194,60 @@ def match(left: Sequence[pa.Array], right: Sequence[pa.Array], how: str,
     out = lt.join(rt, list(a), join_type=how, use_threads=False)
     out = out.select(["__l"] if how in ("left semi", "left anti") else ["__l", "__r"])
     return out.take(pc.sort_indices(out, [("__l", "ascending")]))
+
+
+def joined(node: Join, left: Rows, right: Rows) -> Rows | None:
+    """The equi-join of held ``left`` and ``right`` (``inner`` or ``left``: a NULL key
+    matches nothing, as in SQL), with ``_mult`` the product."""
+    a, b = left.arrow(), right.arrow()
+    if a is None or b is None:
+        return None
+    if [a.schema.field(lc).type for lc, _ in node.on] != \
+            [b.schema.field(rc).type for _, rc in node.on]:
+        return None
+    b = b.filter(_no_null_key(b, [rc for _, rc in node.on]))
+    valid = _no_null_key(a, [lc for lc, _ in node.on])
+    keyed = a.filter(valid)
+    pairs = match([keyed.column(lc) for lc, _ in node.on],
+                              [b.column(rc) for _, rc in node.on],
+                              "inner" if node.how == "inner" else "left outer")
+    if pairs is None:
+        return None
+    ltake, rtake = keyed.take(pairs.column("__l")), b.take(pairs.column("__r"))
+    if node.how == "left":  # left rows with a NULL key, their right columns NULL
+        unkeyed = a.filter(pc.invert(valid))
+        ltake = pa.concat_tables([ltake, unkeyed])
+        rtake = pa.concat_tables([rtake, pa.table({c: pa.nulls(unkeyed.num_rows, t)
+                                                   for c, t in zip(b.column_names,
+                                                                   b.schema.types,
+                                                                   strict=True)})])
+    out = pa.table({**{c: ltake.column(c) for c in node.left.columns},
+                    **{c: rtake.column(c) for c in node.right.columns},
+                    MULT: pc.multiply(ltake.column(MULT),
+                                      pc.fill_null(rtake.column(MULT), 1))})
+    fields = [f for f in [*left.schema.fields, *right.schema.fields] if f.name != MULT]
+    schema = StructType([StructField(f.name, f.dataType, True) for f in fields]
+                        ).add(MULT, LongType(), False)
+    return Rows.of_arrow(left.spark, out, schema)
+
+
+def _no_null_key(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Where none of ``keys`` is NULL."""
+    return functools.reduce(pc.and_, [pc.is_valid(table.column(k)) for k in keys])
+
+
+def ordered(table: pa.Table, order_by: Sequence[tuple[str, bool]], limit: int | None
+            ) -> pa.Table | None:
+    """``table`` ordered by ``order_by`` (column, ascending: NULLs first ascending and
+    last descending, as Spark's plans) and cut to ``limit`` rows; None for a float key
+    (Spark orders NaN above every number and -0.0 with 0.0; Arrow does not)."""
+    if order_by:
+        if any(pa.types.is_floating(table.schema.field(c).type) for c, _ in order_by):
+            return None
+        table = table.take(pc.sort_indices(table, sort_keys=[
+            (c, "ascending", "at_start") if asc else (c, "descending", "at_end")
+            for c, asc in order_by]))
+    return table.slice(0, limit) if limit is not None else table
 
 
 def netted(frames: Sequence[Rows], mult: str = "_mult") -> Rows | None:
