@@ -17,7 +17,8 @@ benchmark's code:
   sliding windows of range/slide 12 and 60 (slide one minute) against Structured
   Streaming's ``window()`` on the RocksDB state store (an increment it has not finished
   after ``peer_timeout_s`` stops it, and the speedup is then a lower bound); the
-  driver's peak RSS over the same records at ``urls_small`` and at ``urls`` URLs;
+  driver's peak RSS during the epochs over the same records at ``urls_small`` and at
+  ``urls`` URLs (the harness reads the results to check them after);
   windows.py's load shedding at twice the sustainable rate.
 * ``series`` (``benchmarks/series.py``): the paper's Q1/Q2/Q3 over daily Parquet segments
   ingested by reference, Original (Spark SQL per occurrence) against strata Full: bytes
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import os
 import shutil
@@ -52,6 +54,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +64,14 @@ import pyarrow as pa
 import series as ser
 import windows as win
 from common import emit, event_log_dir, run_record, save, target_figure
-from scale_support import answers_of, duckdb_url_counts, peak_rss, series_from_shell, windows_match
+from scale_support import (
+    answers_of,
+    duckdb_url_counts,
+    peak_rss,
+    rss_now,
+    series_from_shell,
+    windows_match,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("urlcount", "windows", "series")
@@ -69,7 +80,7 @@ FULL = {
                  "partitions": 2},
     "windows": {"rows": 500_000, "increments": 3, "urls": 1_000_000, "urls_small": 100_000,
                 "users": 20_000, "minutes": 5, "shed_increments": 8, "shed_rows": 500_000,
-                "partitions": 2, "peer_timeout_s": 600},
+                "partitions": 2, "peer_timeout_s": 180},
     "series": {**ser.FULL, "rows": 2_000_000, "cli_days": 5, "partitions": 4},
 }
 QUICK = {
@@ -175,19 +186,30 @@ def section_windows(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int) 
     files = window_files(p, p["urls"], tmp / "many", seed)
     out: dict = {"distinct_urls": {"small": _distinct(small), "many": _distinct(files)}}
     log(f"windows: driver RSS at {out['distinct_urls']['small']:,} URLs (range/slide 12)")
-    with peak_rss() as rss_small:  # first: memory a process keeps can only raise the second
-        runs, results = win.strata_run(spark, small, tmp / "rss-small", win.windowed([(12, 1)]),
-                                       parts, deadline=0)
+    # the peaks of the epochs alone: the harness then reads every result into pandas
+    # (rows per window and URL) to check it, which is not strata's memory
+    # unmeasured: the first run and check load what every later one holds (DuckDB too)
+    _, results = win.strata_run(spark, small[:1], tmp / "rss-warm", win.windowed([(12, 1)]),
+                                parts, deadline=0)
+    windows_match(small[:1], results, 12)
+    del results
+    released()
+    rss_small: dict = {}
+    runs, results = win.strata_run(spark, small, tmp / "rss-small", win.windowed([(12, 1)]),
+                                   parts, epochs=measured_rss(rss_small), deadline=0)
     out["rss_small_keys"] = {**rss_small, "runs": runs,
                              "match": windows_match(small, results, 12)}
     del results
+    released()  # first: memory a process keeps can only raise the second
     for ratio in (12, 60):
         log(f"windows range/slide {ratio}: strata, {out['distinct_urls']['many']:,} URLs")
-        with peak_rss() as rss:
-            runs, results = win.strata_run(spark, files, tmp / f"r{ratio}",
-                                           win.windowed([(ratio, 1)]), parts, deadline=0)
+        rss: dict = {}
+        runs, results = win.strata_run(spark, files, tmp / f"r{ratio}",
+                                       win.windowed([(ratio, 1)]), parts,
+                                       epochs=measured_rss(rss), deadline=0)
         match = windows_match(files, results, ratio)
         del results
+        released()
         log(f"windows range/slide {ratio}: Structured Streaming window() (RocksDB state)")
         spark_runs, timed_out = peer_windows(spark, files, tmp / f"ss{ratio}", ratio,
                                              p["peer_timeout_s"])
@@ -197,6 +219,24 @@ def section_windows(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int) 
     (tmp / "shed").mkdir()
     out["shedding"] = win.part_shedding(spark, p, tmp / "shed", parts, seed)
     return out
+
+
+def measured_rss(into: dict) -> Callable[[], AbstractContextManager]:
+    """A context for :func:`windows.strata_run`'s epochs that puts their peak RSS
+    (``scale_support.peak_rss``) into ``into``."""
+    @contextmanager
+    def measure() -> Iterator[None]:
+        into["python_rss_start"] = rss_now()["python"]
+        with peak_rss() as peak:
+            yield
+        into.update(peak)
+    return measure
+
+
+def released() -> None:
+    """Give back what the harness read: Python's garbage, Arrow's unused pool memory."""
+    gc.collect()
+    pa.default_memory_pool().release_unused()
 
 
 def peer_windows(spark, files: list[str], workdir: Path, ratio: int,
@@ -332,7 +372,8 @@ def summarize_windows(w: dict) -> dict:
         "windows_driver_rss_growth_keys_x10": entry(
             "windows_driver_rss_growth_keys_x10", rss, jvm_growth=jvm,
             distinct_urls=w["distinct_urls"],
-            measure="the Python driver's peak RSS, range/slide 12, same records"),
+            measure="the Python driver's peak RSS during the epochs (after an unmeasured "
+                    "warm-up run and check), range/slide 12, same records"),
         "windows_shedding_p95_latency_over_slide": entry(
             "windows_shedding_p95_latency_over_slide", shed["p95_latency_over_slide"]),
         "windows_shedding_min_c2": entry("windows_shedding_min_c2", shed["min_c2"]),

@@ -35,6 +35,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -94,9 +96,11 @@ def windowed(specs: list[tuple[int, int]]) -> str:
 
 
 def strata_run(spark, files: list[str], home: Path, sql: str, partitions: int,
+               epochs: Callable[[], AbstractContextManager] = nullcontext,
                **eviction) -> tuple[list[dict], object]:
     """Run a window query over ``files``, one increment per epoch: per-epoch seconds
-    and metrics, and the final net results."""
+    and metrics, and the final net results (read once the epochs are done, outside
+    ``epochs()``, the context the epochs run in: a measurement of them alone)."""
     from strata import Dataflow
     from strata.controller import Controller
     from strata.windows import Eviction, add_window, from_sql
@@ -106,13 +110,14 @@ def strata_run(spark, files: list[str], home: Path, sql: str, partitions: int,
     add_window(df, from_sql("w", sql, eviction=Eviction(**eviction)))
     out = []
     with Controller(str(home), df, spark=spark, num_partitions=partitions) as c:
-        for f in files:
-            c.ingest("log", [f])
-            t0 = time.perf_counter()
-            reports = c.run()
-            out.append({"seconds": round(time.perf_counter() - t0, 3),
-                        **{k: reports[0].metrics[k] for k in (
-                            "input_rows", "rows_aggregated", "cells", "changed_rows")}})
+        with epochs():
+            for f in files:
+                c.ingest("log", [f])
+                t0 = time.perf_counter()
+                reports = c.run()
+                out.append({"seconds": round(time.perf_counter() - t0, 3),
+                            **{k: reports[0].metrics[k] for k in (
+                                "input_rows", "rows_aggregated", "cells", "changed_rows")}})
         results = c.read_flow("w_windows").to_pandas()
     return out, results
 
