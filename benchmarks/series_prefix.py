@@ -29,7 +29,7 @@ The series stage's plans run on every pair (``strata.series.evaluate``):
 A strata plan's run includes what the occurrence that reads the views later pays: it
 reads them and merges them per group. Every plan stores its views co-located, as the
 stage does: separate views bucketed by their keys, and a pass's rows each in its view's
-bucket (``strata.queries.spark.tables.write_bucketed``), read back as bucketed tables, so the
+bucket (``strata.queries.spark.bucketed.write_bucketed``), read back as bucketed tables, so the
 merge shuffles nothing. ``pass_shuffled`` and ``read_back_shuffled`` split the shuffle.
 For ``market_query``, hand-built plans run too:
 

@@ -11,8 +11,8 @@ import pytest
 
 from strata.controller import Controller
 from strata.queries.front.sql import parse_sql
+from strata.queries.spark.bucketed import bucket_of, read_bucketed, write_bucketed
 from strata.queries.spark.frames import ddl_of
-from strata.queries.spark.tables import bucket_of, read_bucketed, write_bucketed
 from strata.series import Series, series_stage_name
 from strata.series.cost import (
     Estimate,

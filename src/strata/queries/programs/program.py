@@ -25,9 +25,10 @@ from strata.queries.plan.algebra import GroupBy
 from strata.queries.plan.expressions import MULT
 from strata.queries.plan.incremental import IncrementalQuery
 from strata.queries.spark import dispatch
+from strata.queries.spark.bucketed import VERSION, latest_records
 from strata.queries.spark.evaluator import EvalMode, Evaluator
 from strata.queries.spark.frames import run_all, struct_type, write_parquet
-from strata.queries.spark.tables import VERSION, QueryTables, latest_records
+from strata.queries.spark.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import read_records, write_table, written_increment

@@ -3,9 +3,10 @@ query's changes as DataFrame plans (each operator tried in Arrow first), its ope
 the bucketed state tables (docs/architecture.md, "Query state: bucketed tables")."""
 
 from strata.queries.spark import dispatch, explode, window_functions
+from strata.queries.spark.bucketed import bucket_of, read_bucketed, write_bucketed
 from strata.queries.spark.frames import ddl_of, run_all, struct_type, write_parquet
 from strata.queries.spark.group_by import answer, lift, row_exprs
-from strata.queries.spark.tables import QueryTables, bucket_of, read_bucketed, write_bucketed
+from strata.queries.spark.tables import QueryTables
 
 # dispatch (the driver's limits), explode and window_functions are used as namespaces
 # (dispatch.driver_rows, explode.spark_rows, window_functions.over_rows)

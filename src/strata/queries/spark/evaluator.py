@@ -40,10 +40,11 @@ from strata.queries.plan.incremental import (
     scanned,
 )
 from strata.queries.spark import dispatch, explode, outer_join, window_functions
+from strata.queries.spark.bucketed import latest_frame
 from strata.queries.spark.dispatch import EvalMode
 from strata.queries.spark.frames import cut, empty_frame, local_rows, struct_type
 from strata.queries.spark.group_by import lift
-from strata.queries.spark.tables import QueryTables, latest_frame
+from strata.queries.spark.tables import QueryTables
 from strata.storage.increments import Increment, read_table
 
 MAX_CENTERS = 10_000  # a nearest join's centers are compared with every row
