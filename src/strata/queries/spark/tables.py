@@ -15,7 +15,8 @@ an epoch appends only the groups it touched, each row stamped with the epoch (``
 a group with no rows left as a tombstone (``_cnt`` 0); the newest version of each group is
 its row. Readers get the newest rows (:meth:`QueryTables.read`, :meth:`QueryTables.arrow`,
 :mod:`strata.queries.spark.bucketed`), computed per bucket without a shuffle; the epoch
-that finds the table has grown to twice its rows at the last rewrite (or has many files) rewrites it.
+that finds the table has grown to twice its rows at the last rewrite (or has many files)
+rewrites it.
 """
 
 from __future__ import annotations
