@@ -191,3 +191,32 @@ def test_a_group_by_epoch_writes_only_the_groups_it_touched(spark, tmp_path):
     # until one finds twice the rows of the last whole write and rewrites it
     assert "versions" not in written[3] and written[4]["versions"]
     assert any("versions" not in t for t in written[5:]), written
+
+
+def test_a_bulk_epoch_writes_state_and_changes_in_two_spark_jobs(spark, tmp_path):
+    """An epoch on Spark's plans with more input records than
+    ``spark.strata.query.driverRows`` writes its group state and its changes as two Spark
+    jobs over the same cached rows: none brings the changes' first rows to the driver to
+    see whether they fit there. Answers equal DuckDB's."""
+    from tests.helpers import epochs_in
+    from tests.queries.oracle import duckdb_answer, normalized
+
+    sql = "SELECT x, count(*) AS n, sum(y) AS s FROM R GROUP BY x HAVING count(*) > 1"
+    df = Dataflow("bulk")
+    df.source("R", "x bigint, y bigint")
+    add_query(df, "q", sql)
+    tracker = spark.sparkContext.statusTracker()
+    seen: dict[str, list] = {"R": [], "D": [], "P": []}  # the oracle's tables
+    jobs = []
+    with session_confs(spark, {QUERY_DRIVER_ROWS.name: "20"}), epochs_in(spark, "tasks"), \
+            Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
+        for e in range(3):
+            rows = [{"x": (7 * i + e) % 60, "y": i} for i in range(100)]
+            c.ingest("R", rows)
+            seen["R"] += rows
+            before = len(tracker.getJobIdsForGroup())
+            c.run()
+            jobs.append(len(tracker.getJobIdsForGroup()) - before)
+            got = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
+            assert got == duckdb_answer(sql, seen), e
+    assert jobs[1:] == [2, 2], jobs

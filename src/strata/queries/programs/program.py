@@ -109,7 +109,7 @@ class QueryProgram(StageProgram):
                 changes = self.evaluate(run)
                 done = self._write_small(changes, tables, out_dir, ctx.input_records)
                 write_out = functools.partial(self._write_output, changes, out_dir,
-                                              _output_tasks(ctx.input_records, n))
+                                              ctx.input_records, n)
                 run_all(spark, [*tables.writes(), *([] if done else [write_out])])
             finally:
                 run.release()
@@ -159,22 +159,26 @@ class QueryProgram(StageProgram):
         got = tables.write_small(extra)
         return got is not None and not held and self._write_driver_output(got["out"], out_dir)
 
-    def _write_output(self, changes: Rows, out_dir: str, tasks: int) -> None:
-        """Write the epoch's changes into ``out_dir``. Up to
-        ``spark.strata.query.driverRows`` rows (an increment's changes usually are) come to
-        the driver as Arrow and are written as one file the way ingested increments are,
-        which costs a fraction of a Spark write job (committer, Hadoop job set-up,
-        task-side writers); more are written by Spark, in ``tasks`` tasks. Changes the
-        driver holds are cast and written with no Spark job."""
+    def _write_output(self, changes: Rows, out_dir: str, records: int, n: int) -> None:
+        """Write the epoch's changes into ``out_dir``. In an epoch of at most
+        ``spark.strata.query.driverRows`` input records, up to that many changes (an
+        increment's changes usually are) come to the driver as Arrow and are written as
+        one file the way ingested increments are, which costs a fraction of a Spark write
+        job (committer, Hadoop job set-up, task-side writers); otherwise, or if there are
+        more, Spark writes them, in a task per ``OUTPUT_ROWS_PER_TASK`` input records (at
+        most ``n``). A bulk epoch goes straight to Spark's write: bringing its first rows
+        to the driver to find out would be a Spark job of its own. Changes the driver holds
+        are cast and written with no Spark job."""
         held = changes.arrow()
         if held is not None and self._write_driver_output(held, out_dir):
             return
         out = changes.frame().selectExpr(*self._output_casts())
         most = dispatch.driver_rows(out.sparkSession)
-        table = out.coalesce(1).limit(most + 1).toArrow()
-        if table.num_rows <= most and self._write_driver_output(table, out_dir):
-            return
-        write_parquet(out.coalesce(tasks), out_dir)
+        if records <= most:
+            table = out.coalesce(1).limit(most + 1).toArrow()
+            if table.num_rows <= most and self._write_driver_output(table, out_dir):
+                return
+        write_parquet(out.coalesce(_output_tasks(records, n)), out_dir)
 
     def _write_driver_output(self, changes: pa.Table, out_dir: str) -> bool:
         """Write ``changes`` (rows the driver has) into ``out_dir`` as one file of the
