@@ -97,7 +97,7 @@ QUERY_DRIVER_ROWS: Setting[int] = _conf(
     "A query epoch's changes, an appended increment, an iteration step or a rewritten "
     "table of up to this many rows comes to the driver as Arrow and is written by it; "
     "more go through Spark (0: always Spark). An epoch of more input records writes its "
-    "changes with Spark without trying.")
+    "changes and appended rows with Spark without trying.")
 QUERY_TABLE_ROWS: Setting[int] = _conf(
     "spark.strata.query.driverTableRows", int, 2_000_000,
     "A committed query table (an iteration's state, a small epoch's join inputs) of at "

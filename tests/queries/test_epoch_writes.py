@@ -193,30 +193,40 @@ def test_a_group_by_epoch_writes_only_the_groups_it_touched(spark, tmp_path):
     assert any("versions" not in t for t in written[5:]), written
 
 
-def test_a_bulk_epoch_writes_state_and_changes_in_two_spark_jobs(spark, tmp_path):
+@pytest.mark.parametrize(("sql", "writes"), [
+    # the group state and the changes
+    ("SELECT x, count(*) AS n, sum(y) AS s FROM R GROUP BY x HAVING count(*) > 1", 2),
+    # each join input's new rows, the answer's rows and the changes
+    ("SELECT R.x, S.y FROM R JOIN S ON R.x = S.x", 4)])
+def test_a_bulk_epoch_writes_each_table_and_its_changes_in_one_spark_job(spark, tmp_path,
+                                                                       sql, writes):
     """An epoch on Spark's plans with more input records than
-    ``spark.strata.query.driverRows`` writes its group state and its changes as two Spark
-    jobs over the same cached rows: none brings the changes' first rows to the driver to
-    see whether they fit there. Answers equal DuckDB's."""
+    ``spark.strata.query.driverRows`` writes each table and its changes as one Spark job
+    each: none first brings rows to the driver to see whether they fit there. Answers
+    equal DuckDB's."""
     from tests.helpers import epochs_in
     from tests.queries.oracle import duckdb_answer, normalized
 
-    sql = "SELECT x, count(*) AS n, sum(y) AS s FROM R GROUP BY x HAVING count(*) > 1"
     df = Dataflow("bulk")
     df.source("R", "x bigint, y bigint")
-    add_query(df, "q", sql)
+    df.source("S", "x bigint, y bigint")
+    add_query(df, "q", sql, keys={"R": ["x"]})  # each R row has an x of its own
     tracker = spark.sparkContext.statusTracker()
-    seen: dict[str, list] = {"R": [], "D": [], "P": []}  # the oracle's tables
+    seen: dict[str, list] = {"R": [], "S": []}
     jobs = []
-    with session_confs(spark, {QUERY_DRIVER_ROWS.name: "20"}), epochs_in(spark, "tasks"), \
+    # as at bulk sizes: no broadcast join (a job of its own) for these small sides
+    confs = {QUERY_DRIVER_ROWS.name: "20", "spark.sql.autoBroadcastJoinThreshold": "-1"}
+    with session_confs(spark, confs), epochs_in(spark, "tasks"), \
             Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for e in range(3):
-            rows = [{"x": (7 * i + e) % 60, "y": i} for i in range(100)]
-            c.ingest("R", rows)
-            seen["R"] += rows
+            for flow, rows in (("R", [{"x": 50 * e + i, "y": i % 7} for i in range(50)]),
+                               ("S", [{"x": (11 * i + e) % (50 * e + 50), "y": i}
+                                      for i in range(50)])):
+                c.ingest(flow, rows)
+                seen[flow] += rows
             before = len(tracker.getJobIdsForGroup())
             c.run()
             jobs.append(len(tracker.getJobIdsForGroup()) - before)
             got = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
-            assert got == duckdb_answer(sql, seen), e
-    assert jobs[1:] == [2, 2], jobs
+            assert got == duckdb_answer(sql, seen, {"R": ["x", "y"], "S": ["x", "y"]}), e
+    assert jobs[1:] == [writes, writes], jobs

@@ -101,7 +101,7 @@ class QueryProgram(StageProgram):
         out_dir = ctx.output_dir(self.output)
         try:
             tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token,
-                                 version=ctx.epoch)
+                                 version=ctx.epoch, records=ctx.input_records)
             run = Evaluator(self, spark, tables, ctx.inputs, mode=dispatch.epoch_mode(
                 ctx, tables, self.eval_mode, self.driver_epochs),
                             whole=self.whole_flows())

@@ -95,9 +95,12 @@ class QueryTables:
     """The state tables of one query stage in one epoch."""
 
     def __init__(self, spark: SparkSession, layout: StageLayout, live: Mapping[str, dict],
-                 n: int, token: str, sweep: bool = True, version: int = 0) -> None:
+                 n: int, token: str, sweep: bool = True, version: int = 0,
+                 records: int = 0) -> None:
         self.spark, self.layout, self.n, self.token = spark, layout, n, token
         self.version = version  # stamps the rows of a versioned write (the epoch)
+        # an epoch of more input records than driverRows appends through Spark directly
+        self.bulk = records > dispatch.driver_rows(spark)
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, Rows] = {}  # keyed rows upserted, not yet staged
@@ -257,7 +260,7 @@ class QueryTables:
         df = s.df.frame()
         if s.lineage:
             files = None
-            if s.mode == "append" or self._small(s.name):
+            if (s.mode == "append" and not self.bulk) or self._small(s.name):
                 files, s.rows = self._write_small_bucketed(df, s.lineage, s.path)
             if files is None:
                 files = self._write_bucketed(df, s.lineage, s.path)
