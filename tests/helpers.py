@@ -53,3 +53,16 @@ def session_confs(spark, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+
+
+def epoch_jobs(spark, controller, batches: dict[str, list[dict]],
+               seen: dict[str, list[dict]]) -> int:
+    """Ingest ``batches`` (flow → records, also added to ``seen``) and run one epoch:
+    how many Spark jobs it ran (Spark's status tracker)."""
+    tracker = spark.sparkContext.statusTracker()
+    for flow, rows in batches.items():
+        controller.ingest(flow, rows)
+        seen[flow] += rows
+    before = len(tracker.getJobIdsForGroup())
+    controller.run()
+    return len(tracker.getJobIdsForGroup()) - before

@@ -204,14 +204,13 @@ def test_a_bulk_epoch_writes_each_table_and_its_changes_in_one_spark_job(spark, 
     ``spark.strata.query.driverRows`` writes each table and its changes as one Spark job
     each: none first brings rows to the driver to see whether they fit there. Answers
     equal DuckDB's."""
-    from tests.helpers import epochs_in
+    from tests.helpers import epoch_jobs, epochs_in
     from tests.queries.oracle import duckdb_answer, normalized
 
     df = Dataflow("bulk")
     df.source("R", "x bigint, y bigint")
     df.source("S", "x bigint, y bigint")
     add_query(df, "q", sql, keys={"R": ["x"]})  # each R row has an x of its own
-    tracker = spark.sparkContext.statusTracker()
     seen: dict[str, list] = {"R": [], "S": []}
     jobs = []
     # as at bulk sizes: no broadcast join (a job of its own) for these small sides
@@ -219,14 +218,9 @@ def test_a_bulk_epoch_writes_each_table_and_its_changes_in_one_spark_job(spark, 
     with session_confs(spark, confs), epochs_in(spark, "tasks"), \
             Controller(str(tmp_path / "home"), df, spark=spark, num_partitions=2) as c:
         for e in range(3):
-            for flow, rows in (("R", [{"x": 50 * e + i, "y": i % 7} for i in range(50)]),
-                               ("S", [{"x": (11 * i + e) % (50 * e + 50), "y": i}
-                                      for i in range(50)])):
-                c.ingest(flow, rows)
-                seen[flow] += rows
-            before = len(tracker.getJobIdsForGroup())
-            c.run()
-            jobs.append(len(tracker.getJobIdsForGroup()) - before)
+            jobs.append(epoch_jobs(spark, c, {
+                "R": [{"x": 50 * e + i, "y": i % 7} for i in range(50)],
+                "S": [{"x": (11 * i + e) % (50 * e + 50), "y": i} for i in range(50)]}, seen))
             got = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
             assert got == duckdb_answer(sql, seen, {"R": ["x", "y"], "S": ["x", "y"]}), e
     assert jobs[1:] == [writes, writes], jobs

@@ -10,7 +10,7 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.queries import add_query, derive, parse_sql, table
 from strata.queries.plan.errors import NotIncrementalError, QueryError
-from tests.helpers import epochs_in
+from tests.helpers import epoch_jobs, epochs_in
 from tests.queries.oracle import duckdb_answer, net_changes, normalized
 
 FLOWS = {"R": {"x": "bigint", "y": "bigint", "_mult": "bigint"},
@@ -103,7 +103,6 @@ def test_small_left_join_epochs_run_in_the_driver_without_a_spark_job(spark, tmp
     sql = ("SELECT D.grp, count(*) AS c, count(D.id) AS matched, sum(R.y) AS s "
            "FROM R LEFT JOIN D ON R.x = D.id GROUP BY D.grp")
     add_query(df, "q", sql, keys=KEYS)
-    tracker = spark.sparkContext.statusTracker()
     seen: dict[str, list[dict]] = {"R": [], "D": [], "P": []}  # every record, deletes too
     jobs = []
     with epochs_in(spark, "driver"), Controller(str(tmp_path), df, spark=spark,
@@ -115,12 +114,7 @@ def test_small_left_join_epochs_run_in_the_driver_without_a_spark_job(spark, tmp
             d = [{"id": e, "name": f"n{e}", "grp": "ab"[e % 2], "_mult": 1}]
             if e >= 2:  # the dimension row of two epochs ago leaves
                 d.append({"id": e - 2, "name": f"n{e - 2}", "grp": "ab"[e % 2], "_mult": -1})
-            for flow, rows in (("R", r), ("D", d)):
-                c.ingest(flow, rows)
-                seen[flow] += rows
-            before = len(tracker.getJobIdsForGroup())
-            c.run()
-            jobs.append(len(tracker.getJobIdsForGroup()) - before)
+            jobs.append(epoch_jobs(spark, c, {"R": r, "D": d}, seen))
             got = normalized(tuple(row.values()) for row in c.answer("q").to_pylist())
             assert got == duckdb_answer(sql, seen), e
     assert jobs[1:] == [0, 0, 0], jobs
