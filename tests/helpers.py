@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,14 +56,34 @@ def session_confs(spark, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
+@contextmanager
+def counting_jobs(spark) -> Iterator[list[int]]:
+    """Count the Spark jobs the block runs: it runs in a job group of its own (threads
+    that inherit the caller's local properties, as strata's writes do, run in it too);
+    the list yielded holds the count once the block is done. A count of all the jobs
+    Spark's status tracker lists would not do: it keeps only the newest
+    (``spark.ui.retainedJobs``), so in a long session that count stops growing."""
+    sc = spark.sparkContext
+    group = f"strata-test-{uuid.uuid4().hex}"
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {k: sc.getLocalProperty(k) for k in keys}
+    sc.setJobGroup(group, "counted by a test")
+    count: list[int] = []
+    try:
+        yield count
+    finally:
+        for k, v in previous.items():  # as they were (None removes a property)
+            sc.setLocalProperty(k, v)  # type: ignore[arg-type]
+    count.append(len(sc.statusTracker().getJobIdsForGroup(group)))
+
+
 def epoch_jobs(spark, controller, batches: dict[str, list[dict]],
                seen: dict[str, list[dict]]) -> int:
     """Ingest ``batches`` (flow → records, also added to ``seen``) and run one epoch:
-    how many Spark jobs it ran (Spark's status tracker)."""
-    tracker = spark.sparkContext.statusTracker()
+    how many Spark jobs it ran (:func:`counting_jobs`)."""
     for flow, rows in batches.items():
         controller.ingest(flow, rows)
         seen[flow] += rows
-    before = len(tracker.getJobIdsForGroup())
-    controller.run()
-    return len(tracker.getJobIdsForGroup()) - before
+    with counting_jobs(spark) as count:
+        controller.run()
+    return count[0]

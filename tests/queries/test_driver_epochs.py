@@ -14,7 +14,7 @@ from strata.controller.controller import Controller
 from strata.queries import add_query
 from strata.queries.spark.evaluator import EvalMode, Evaluator
 from strata.queries.spark.tables import COMPACT_FILES_PER_BUCKET
-from tests.helpers import epochs_in
+from tests.helpers import counting_jobs, epochs_in
 from tests.queries.oracle import cell, duckdb_answer, normalized
 from tests.queries.test_shapes import D_SCHEMA, P_SCHEMA, R_SCHEMA, SHAPES, SUMSQ, VECTORIZED
 from tests.rows import Rows
@@ -117,7 +117,6 @@ def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
     sql = ("SELECT R.x, sum(S.v) AS s, count(*) AS n FROM R JOIN S ON R.k = S.k "
            "GROUP BY R.x")
     add_query(df, "q", sql, keys={"R": ["k"]})
-    tracker = spark.sparkContext.statusTracker()
     r_all: list[dict] = []
     s_all: list[dict] = []
     jobs: list[int] = []
@@ -132,9 +131,9 @@ def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
             s_all += s
             c.ingest("R", r)
             c.ingest("S", s)
-            before = len(tracker.getJobIdsForGroup())
-            c.run()
-            jobs.append(len(tracker.getJobIdsForGroup()) - before)
+            with counting_jobs(spark) as count:
+                c.run()
+            jobs += count
             files.append(len(c.runner.committed("q").state["tables"]["join0_right"]["files"]))
         answer = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
     assert jobs[1:] == [0] * (epochs - 1), jobs

@@ -163,3 +163,31 @@ def test_netting_held_join_inputs_keeps_every_rows_multiplicity(spark, parts):
     for h in held[1:]:
         union = union.unionByName(h.frame())
     assert totals(got.frame()) == totals(union)
+
+
+ordered_rows = st.lists(st.tuples(
+    st.none() | st.integers(-2, 2),
+    st.none() | st.sampled_from([0.0, -0.0, 1.5, -1.0, math.inf, math.nan])), max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=ordered_rows, by=st.permutations(["i", "f"]),
+       ascending=st.tuples(st.booleans(), st.booleans()), limit=st.none() | st.integers(0, 5))
+def test_ordering_held_rows_matches_sparks_order_by(spark, data, by, ascending, limit):
+    """``driver_rows.ordered`` orders as Spark's ``ORDER BY`` does: ascending NULLs first,
+    descending NULLs last, NaN above every number, -0.0 equal to 0.0; then ``LIMIT``."""
+    table = pa.table({"i": [i for i, _ in data], "f": [f for _, f in data]},
+                     schema=pa.schema([("i", pa.int64()), ("f", pa.float64())]))
+    order_by = list(zip(by, ascending, strict=True))
+    df = spark.createDataFrame(table.to_pylist(), "i bigint, f double").orderBy(*[
+        F.col(c).asc_nulls_first() if asc else F.col(c).desc_nulls_last()
+        for c, asc in order_by])
+    if limit is not None:
+        df = df.limit(limit)
+
+    def keys(rows: list[dict]) -> list[tuple]:  # NaN as a string: NaN != NaN in Python
+        return [tuple("nan" if isinstance(r[c], float) and math.isnan(r[c]) else r[c]
+                      for c in by) for r in rows]
+
+    got = driver_rows.ordered(table, order_by, limit).to_pylist()
+    assert keys(got) == keys([r.asDict() for r in df.collect()])

@@ -89,8 +89,10 @@ class SparkBackend:
         return answer(gp, merged, self.spark).withColumn(MULT, F.lit(1).cast("bigint"))
 
     def renamed(self, stored: DataFrame, names: dict[str, str]) -> DataFrame:
+        # every column aliased, _mult too: two reads of one view table joined (a self-join)
+        # then have no column in common for a join's side to be confused with
         return stored.select(*[F.col(f"`{old}`").alias(new) for old, new in names.items()],
-                             MULT)
+                             F.col(MULT).alias(MULT))
 
     def finished(self, query: Query, out: DataFrame) -> DataFrame:
         out = out.select(*[F.col(f"`{c}`") for c in query.root.columns])

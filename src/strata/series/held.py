@@ -154,11 +154,8 @@ class ArrowBackend:
     def finished(self, query: Query, out: Rows) -> pa.Table:
         table = _held(out).arrow()
         assert table is not None
-        done = driver_rows.ordered(table.select(list(query.root.columns)), query.order_by,
+        return driver_rows.ordered(table.select(list(query.root.columns)), query.order_by,
                                    query.limit)
-        if done is None:
-            raise Unsupported
-        return done
 
 
 def held_occurrence(plan: SeriesPlan, newest: int, read: HeldReader) -> pa.Table | None:

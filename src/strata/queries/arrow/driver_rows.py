@@ -236,17 +236,25 @@ def _no_null_key(table: pa.Table, keys: Sequence[str]) -> pa.Array:
     return functools.reduce(pc.and_, [pc.is_valid(table.column(k)) for k in keys])
 
 
-def ordered(table: pa.Table, order_by: Sequence[tuple[str, bool]], limit: int | None
-            ) -> pa.Table | None:
-    """``table`` ordered by ``order_by`` (column, ascending: NULLs first ascending and
-    last descending, as Spark's plans) and cut to ``limit`` rows; None for a float key
-    (Spark orders NaN above every number and -0.0 with 0.0; Arrow does not)."""
+def ordered(table: pa.Table, order_by: Sequence[Sequence], limit: int | None) -> pa.Table:
+    """``table`` ordered by ``order_by`` ((column, ascending) pairs) as Spark orders rows
+    (ascending: NULLs first and NaN above every number; descending: NaN first and NULLs
+    last), then cut to ``limit`` rows. Each key's NULLs and NaNs are placed by a flag
+    sorted before it: Arrow places both at one end for every key at once."""
     if order_by:
-        if any(pa.types.is_floating(table.schema.field(c).type) for c, _ in order_by):
-            return None
-        table = table.take(pc.sort_indices(table, sort_keys=[
-            (c, "ascending", "at_start") if asc else (c, "descending", "at_end")
-            for c, asc in order_by]))
+        keys: dict[str, pa.Array] = {}
+        sort_keys = []
+        for i, (c, asc) in enumerate(order_by):
+            col = table.column(c)
+            order = "ascending" if asc else "descending"
+            keys[f"__n{i}"] = pc.is_valid(col) if asc else pc.is_null(col)  # False first
+            sort_keys.append((f"__n{i}", "ascending"))
+            if pa.types.is_floating(col.type):  # NaN is the largest number to Spark
+                keys[f"__f{i}"] = pc.fill_null(pc.is_nan(col), False)
+                sort_keys.append((f"__f{i}", order))
+            keys[f"__k{i}"] = col
+            sort_keys.append((f"__k{i}", order))
+        table = table.take(pc.sort_indices(pa.table(keys), sort_keys=sort_keys))
     return table.slice(0, limit) if limit is not None else table
 
 

@@ -10,16 +10,16 @@ The committed state is read back (``read_state``, ``read_answer``) from files al
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from strata.model.errors import StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
+from strata.queries.arrow import driver_rows
 from strata.queries.arrow.rows import Rows
 from strata.queries.plan.algebra import GroupBy
 from strata.queries.plan.expressions import MULT
@@ -213,16 +213,6 @@ def _output_tasks(records: int, n: int) -> int:
     return max(1, min(n, -(-records // OUTPUT_ROWS_PER_TASK)))
 
 
-def ordered(answer: pa.Table, order_by: Sequence[Sequence[Any]], limit: int | None
-            ) -> pa.Table:
-    """A query's answer as it is read: sorted by ``order_by`` ((column, ascending)
-    pairs), then cut to ``limit`` rows."""
-    if order_by:
-        order = [(c, "ascending" if asc else "descending") for c, asc in order_by]
-        answer = answer.take(pc.sort_indices(answer, sort_keys=order))
-    return answer.slice(0, limit) if limit is not None else answer
-
-
 def output_ddl(columns: Mapping[str, str]) -> str:
     """The DDL of a query's output flow: its columns and the multiplicity."""
     return ", ".join([*(f"`{c}` {t}" for c, t in columns.items()), f"`{MULT}` bigint"])
@@ -246,7 +236,8 @@ def read_answer(snap: StateSnapshot) -> pa.Table:
         rows = [dict(zip(cols, k, strict=True)) for k, m in net.items() for _ in range(m)]
     if spec["total"] and not rows:  # a total aggregate over no rows
         rows = [{c: 0 if c in spec["total_counts"] else None for c in cols}]
-    return ordered(pa.Table.from_pylist(rows, schema=schema), spec["order_by"], spec["limit"])
+    return driver_rows.ordered(pa.Table.from_pylist(rows, schema=schema), spec["order_by"],
+                               spec["limit"])
 
 
 def _hashable(v):

@@ -47,14 +47,13 @@ from strata.physical.exchange import with_partition
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
 from strata.physical.vectorized import VectorizedProgram, VectorState
-from strata.queries.arrow import arrow_expr
+from strata.queries.arrow import arrow_expr, driver_rows
 from strata.queries.arrow.arrow_expr import ARROW_TYPES, Unsupported
 from strata.queries.arrow.arrow_lift import aggregate, outside, split_lift
 from strata.queries.plan.algebra import GroupBy
 from strata.queries.plan.errors import QueryError
 from strata.queries.plan.expressions import MULT, parse, to_sql, type_of
 from strata.queries.plan.incremental import IncrementalQuery
-from strata.queries.programs.program import ordered
 from strata.queries.spark import dispatch
 from strata.queries.spark.group_by import row_exprs
 from strata.storage.home import StageLayout
@@ -428,6 +427,6 @@ class VectorQueryProgram(VectorizedProgram):
         st = VectorState.from_json(snap.state)
         stored = [st.store(layout, p).scan() for p in sorted(st.runs)]
         groups = pa.concat_tables(stored) if stored else route.state_schema().empty_table()
-        return ordered(pa.table(answers(route, groups.cast(route.state_schema()))),
-                       route.order_by, route.limit)
+        return driver_rows.ordered(pa.table(answers(route, groups.cast(route.state_schema()))),
+                                   route.order_by, route.limit)
 
