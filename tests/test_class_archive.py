@@ -55,6 +55,32 @@ def test_a_build_in_progress_is_not_started_twice(tmp_path, monkeypatch):
     assert class_archive.use_options() == ""
 
 
+def test_a_reinstalled_spark_names_another_archive_and_supersedes_the_old(tmp_path,
+                                                                          monkeypatch):
+    """A JVM refuses an archive whose jars changed since the dump (pip reinstalling PySpark
+    at the same path): a changed jar names another archive, and the old one, which no JVM
+    can use, is superseded; another Spark home's archive is not."""
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "jars").mkdir()
+    (home / "bin" / "spark-submit").write_text("")
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"v1")
+    monkeypatch.setenv("STRATA_CLASS_ARCHIVE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    before = class_archive.archive_path()
+    assert before is not None and class_archive.archive_path() == before
+    jar.write_bytes(b"v2, reinstalled")
+    after = class_archive.archive_path()
+    assert after is not None and after != before
+    other_home = after.with_name("spark-4.0.0-0123456789ab-0123456789ab.jsa")
+    after.parent.mkdir()
+    for p in (before, before.with_suffix(".failed"), after, other_home):
+        p.write_bytes(b"")
+    assert sorted(class_archive._superseded(after)) == sorted(
+        [before, before.with_suffix(".failed")])
+
+
 def _driver_maps(archive: Path) -> subprocess.CompletedProcess:
     """A fresh PySpark driver (PySpark's own builder) with ``-Xshare:on`` over ``archive``."""
     code = ("from pyspark.sql import SparkSession\n"
@@ -90,6 +116,8 @@ def test_build_writes_a_checked_archive_and_leaves_nothing_else(spark, tmp_path,
     path = class_archive.archive_path()
     assert path is not None
     path.with_name(f"{path.stem}.999999.tmp").write_bytes(b"half")  # a killed builder's
+    where = path.stem.split("-")[-2]
+    path.with_name(f"spark-0.0.0-{where}-0123456789ab.jsa").write_bytes(b"superseded")
     assert class_archive.build(path)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no lock, dump or marker
     done = _driver_maps(path)

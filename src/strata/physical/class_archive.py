@@ -69,21 +69,45 @@ def decide(state: ArchiveState) -> Action:
 
 
 def archive_path() -> Path | None:
-    """Where this Java's archive of this Spark lives, or None (switched off, no Java, or
-    not a POSIX system): ``spark-<version>-<hash>.jsa`` in the setting's directory."""
-    where = config.env(config.CLASS_ARCHIVE).strip()
+    """Where this Java's archive of this Spark's jars lives, or None (switched off, no
+    Java, or not a POSIX system): ``spark-<version>-<where>-<what>.jsa`` in the setting's
+    directory, ``where`` a hash of the java binary's and Spark's paths, ``what`` of the
+    java binary and Spark's jars as installed there (a JVM refuses an archive whose jars
+    changed since the dump, as a PySpark reinstalled at the same path does)."""
+    setting = config.env(config.CLASS_ARCHIVE).strip()
     java, spark_home = _java(), _spark_home()
-    if where.lower() == "off" or os.name != "posix" or java is None or spark_home is None:
+    if setting.lower() == "off" or os.name != "posix" or java is None or spark_home is None:
         return None
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    if where.lower() == "auto" and cache.startswith("~"):
+    if setting.lower() == "auto" and cache.startswith("~"):
         return None  # no home directory to keep it in
-    root = Path(where) if where.lower() != "auto" else Path(cache) / "strata"
+    root = Path(setting) if setting.lower() != "auto" else Path(cache) / "strata"
     import pyspark
 
-    ident = f"{os.path.realpath(java)}|{os.stat(java).st_mtime_ns}|{spark_home}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
-    return root / f"spark-{pyspark.__version__}-{digest}.jsa"
+    where = _digest(os.path.realpath(java), spark_home)
+    what = _digest(str(os.stat(java).st_mtime_ns), *_jars(spark_home))
+    return root / f"spark-{pyspark.__version__}-{where}-{what}.jsa"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def _jars(spark_home: str) -> list[str]:
+    """Each jar on Spark's class path by name, size and modification time."""
+    try:
+        entries = sorted(os.scandir(os.path.join(spark_home, "jars")), key=lambda e: e.name)
+        return [f"{e.name}:{e.stat().st_size}:{e.stat().st_mtime_ns}" for e in entries]
+    except OSError:
+        return []
+
+
+def _superseded(path: Path) -> list[Path]:
+    """The other archives, and failed builds' markers, of the same java and Spark home as
+    ``path``: dumped from jars or a java binary since replaced, no JVM can use them."""
+    where = path.stem.split("-")[-2]
+    return [p for p in path.parent.glob(f"spark-*-{where}-*")
+            if p.suffix in (".jsa", ".failed") and p.stem != path.stem]
 
 
 def observe(path: Path) -> ArchiveState:
@@ -153,6 +177,8 @@ def build(path: Path) -> bool:
             reason = "the JVM could not map the archive it wrote"
         if reason is None:
             os.replace(tmp, path)
+            for old in _superseded(path):  # about 200 MB each
+                old.unlink(missing_ok=True)
         else:
             _failed(path).write_text(reason + "\n")
     finally:
