@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 
 from strata.model.errors import StrataError
 from strata.windows.c2 import Status, scoreboard
 from strata.windows.panes import Panes, parse_duration
 from strata.windows.policies import (
+    EpochCost,
     Eviction,
-    Ewma,
     Fidelity,
     emit_reason,
     failed_sources,
+    fit_cost,
     plan_shedding,
 )
 
@@ -86,28 +90,59 @@ def test_failed_sources_by_silence():
     assert failed_sources(progress, ["a", "b", "c"], 100, 80, 30) == {"b"}
 
 
-def test_ewma_is_biased_to_the_newest_observation():
-    e = Ewma()
-    assert e.update(10) == 10
-    assert e.update(0) == pytest.approx(2.0)  # 0.8·0 + 0.2·10
+def test_the_cost_model_separates_an_epochs_fixed_seconds_from_its_records():
+    assert fit_cost([]) is None
+    assert fit_cost([[0, 0.7]]) is None  # no record aggregated yet
+    # epochs of one size cannot tell the parts apart: all of it is taken per record
+    assert fit_cost([[1000, 2.0], [1020, 2.0]]) == EpochCost(0.0, pytest.approx(2 / 1010))
+    samples = [[x, 0.5 + 0.001 * x] for x in (1000, 400, 700, 0)]
+    cost = fit_cost(samples)
+    assert cost is not None
+    assert (cost.fixed, cost.per_row) == (pytest.approx(0.5), pytest.approx(0.001))
+    assert np.polyfit([x for x, _ in samples], [y for _, y in samples], 1) == pytest.approx(
+        [cost.per_row, cost.fixed])  # numpy's least squares agrees
+    assert fit_cost([[1000, 1.0], [100, 1.2]]) == EpochCost(pytest.approx(1.1), 0.0)
+    through_origin = fit_cost([[1000, 1.0], [100, 0.05]])
+    assert through_origin is not None and through_origin.fixed == 0.0  # never negative
+
+
+def test_shedding_buys_back_only_the_seconds_records_cost():
+    rows = {(s, p): 10 for s in "abcd" for p in range(5)}  # 200 rows
+    # 0.5 s fixed, 0.005 s a record: 100 records fit a budget of 1 s
+    shed = plan_shedding(rows, EpochCost(0.5, 0.005), 1.0, "random", 3)
+    assert sum(rows[c] for c in rows if c not in shed) == 100
+    # a budget below the fixed part cannot be met: nothing is shed for nothing
+    assert plan_shedding(rows, EpochCost(1.5, 0.005), 1.0, "random", 3) == set()
+
+
+def test_random_shedding_spreads_over_the_panes():
+    rows = {(s, p): 10 for s in "abcdefgh" for p in range(6)}
+    for seed in range(20):
+        shed = plan_shedding(rows, EpochCost(0.0, 0.01), 2.4, "random", seed)  # half fits
+        kept = Counter(p for s, p in rows if (s, p) not in shed)
+        assert set(kept.values()) == {4}, kept  # every pane keeps half its cells
 
 
 def test_shedding_fits_the_budget_keeps_c2_shape_and_is_deterministic():
     rows = {(s, p): 10 for s in "abcd" for p in range(5)}  # 200 rows
     assert plan_shedding(rows, None, 1.0, "random", 0) == set()  # no estimate yet
-    assert plan_shedding(rows, 0.001, 1.0, "random", 0) == set()  # fits
+    per_row = EpochCost(0.0, 0.01)  # 100 rows fit
+    assert plan_shedding(rows, EpochCost(0.0, 0.001), 1.0, "random", 0) == set()  # fits
     for kind in ("random", "spatial", "temporal"):
-        shed = plan_shedding(rows, 0.01, 1.0, kind, 7)  # 100 rows fit
-        assert shed == plan_shedding(rows, 0.01, 1.0, kind, 7)
+        shed = plan_shedding(rows, per_row, 1.0, kind, 7)
+        assert shed == plan_shedding(rows, per_row, 1.0, kind, 7)
         assert sum(rows[c] for c in rows if c not in shed) <= 100
         assert len(shed) == 10, kind
-    spatial = plan_shedding(rows, 0.01, 1.0, "spatial", 7)
+    spatial = plan_shedding(rows, per_row, 1.0, "spatial", 7)
     assert len({s for s, _ in spatial}) == 2  # whole sources go
-    temporal = plan_shedding(rows, 0.01, 1.0, "temporal", 7)
+    temporal = plan_shedding(rows, per_row, 1.0, "temporal", 7)
     kept = {s: sum(1 for p in range(5) if (s, p) not in temporal) for s in "abcd"}
     assert max(kept.values()) - min(kept.values()) <= 1  # every source keeps its share
-    assert plan_shedding(rows, 0.01, 1.0, "random", 7) != plan_shedding(rows, 0.01, 1.0,
-                                                                        "random", 8)
+    random_kept = Counter(p for s, p in rows if (s, p) not in plan_shedding(
+        rows, per_row, 1.0, "random", 7))
+    assert set(random_kept.values()) == {2}  # every pane keeps half its cells
+    assert plan_shedding(rows, per_row, 1.0, "random", 7) != plan_shedding(
+        rows, per_row, 1.0, "random", 8)
 
 
 def test_scoreboards_net_a_scoreboard_flow_into_each_windows_live_c2():

@@ -8,7 +8,7 @@ the stream's time: the latest event time any source has sent.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strata.model.errors import StrataError
@@ -16,7 +16,8 @@ from strata.windows.c2 import CellKey, Scoreboard, Status
 
 FIDELITY_KINDS = ("fraction", "spatial", "temporal", "whole_sources", "whole_panes")
 SHED_KINDS = ("random", "spatial", "temporal")
-EWMA_ALPHA = 0.8  # the weight of the newest observation, as in the iMR dissertation
+COST_SAMPLES = 8  # the recent epochs the cost model is fitted to
+ALIKE = 0.1  # epochs whose sizes differ by less (a share of the largest) are alike
 
 
 @dataclass(frozen=True)
@@ -112,37 +113,63 @@ def emit_reason(board: Scoreboard, window_end: int, now: int, policy: Eviction) 
     return None
 
 
-@dataclass
-class Ewma:
-    """An exponentially weighted moving average biased to recent observations."""
+@dataclass(frozen=True)
+class EpochCost:
+    """An epoch's seconds as ``fixed + per_row × rows``: what it pays whatever it
+    aggregates (its jobs' start, the cell statistics, the results) and what each record
+    it aggregates adds. Shedding can only buy back the second part."""
 
-    value: float | None = None
-    alpha: float = EWMA_ALPHA
+    fixed: float
+    per_row: float
 
-    def update(self, observed: float) -> float:
-        self.value = observed if self.value is None else (
-            self.alpha * observed + (1 - self.alpha) * self.value)
-        return self.value
+    def seconds(self, rows: float) -> float:
+        return self.fixed + self.per_row * rows
 
 
-def plan_shedding(rows: Mapping[CellKey, int], seconds_per_row: float | None,
+def fit_cost(samples: Sequence[Sequence[float]]) -> EpochCost | None:
+    """The cost model of recent epochs' ``(rows aggregated, seconds)``: least squares,
+    both terms non-negative. Epochs of alike sizes cannot tell the terms apart: then all
+    of it is taken per row (an estimate that sheds more, so that the next epoch, smaller,
+    tells them apart). None before any epoch aggregated a record."""
+    xs, ys = [float(x) for x, _ in samples], [float(y) for _, y in samples]
+    if not xs or max(xs) <= 0:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if max(xs) - min(xs) < ALIKE * max(xs):
+        return EpochCost(0.0, my / mx)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    if slope <= 0:  # records cost nothing measurable beside the noise
+        return EpochCost(my, 0.0)
+    if my - slope * mx < 0:  # through the origin
+        return EpochCost(0.0, sum(x * y for x, y in zip(xs, ys, strict=True))
+                         / sum(x * x for x in xs))
+    return EpochCost(my - slope * mx, slope)
+
+
+def plan_shedding(rows: Mapping[CellKey, int], cost: EpochCost | None,
                   budget_seconds: float, kind: str, seed: int) -> set[CellKey]:
-    """The cells to shed so that the rest fits ``budget_seconds`` at the estimated
-    ``seconds_per_row``; none while there is no estimate yet. ``kind`` keeps C2's shape:
-    ``random`` cells, whole sources (``spatial``: every pane from the kept sources) or
-    the newest panes of every source alike (``temporal``: a share of every source's
-    panes). Deterministic for a seed."""
+    """The cells to shed so that the rest fits ``budget_seconds`` by the epoch ``cost``
+    model; none while there is no model yet, and none when its fixed part alone exceeds
+    the budget (shedding could not meet it, and would lose every record for nothing).
+    ``kind`` keeps C2's shape: ``random`` cells, whole sources (``spatial``: every pane
+    from the kept sources) or the newest panes of every source alike (``temporal``: a
+    share of every source's panes). Deterministic for a seed."""
     if kind not in SHED_KINDS:
         raise StrataError(f"load shedding is {', '.join(SHED_KINDS)}, not {kind!r}")
     total = sum(rows.values())
-    if not seconds_per_row or total * seconds_per_row <= budget_seconds:
+    if cost is None or cost.seconds(total) <= budget_seconds or cost.fixed >= budget_seconds:
         return set()
-    allowed = budget_seconds / seconds_per_row
+    allowed = (budget_seconds - cost.fixed) / cost.per_row
     rng = random.Random(seed)
     cells = sorted(rows)
-    if kind == "random":
-        rng.shuffle(cells)
-        order = cells
+    if kind == "random":  # random cells of every pane alike, so that no window loses most
+        by_pane: dict[int, list[CellKey]] = {}
+        for c in cells:
+            by_pane.setdefault(c[1], []).append(c)
+        for v in by_pane.values():
+            rng.shuffle(v)
+        order = _round_robin(list(by_pane.values()))
     elif kind == "spatial":
         sources = sorted({s for s, _ in cells})
         rng.shuffle(sources)
@@ -151,10 +178,7 @@ def plan_shedding(rows: Mapping[CellKey, int], seconds_per_row: float | None,
         by_source: dict[str, list[CellKey]] = {}
         for c in cells:
             by_source.setdefault(c[0], []).append(c)
-        order = []
-        depth = max((len(v) for v in by_source.values()), default=0)
-        for i in range(depth):
-            order += [v[i] for v in by_source.values() if i < len(v)]
+        order = _round_robin(list(by_source.values()))
     kept, used = set(), 0
     for c in order:
         if used + rows[c] > allowed:
@@ -164,3 +188,9 @@ def plan_shedding(rows: Mapping[CellKey, int], seconds_per_row: float | None,
         kept.add(c)
         used += rows[c]
     return set(rows) - kept
+
+
+def _round_robin(lists: list[list[CellKey]]) -> list[CellKey]:
+    """The first of every list, then the second of every list, and so on."""
+    depth = max((len(v) for v in lists), default=0)
+    return [v[i] for i in range(depth) for v in lists if i < len(v)]

@@ -9,8 +9,9 @@ Each epoch (``docs/windows.md``):
    panes whose windows are final (too late), or of cells already complete (beyond the
    allowed disorder) are counted but not aggregated; records without a time or source
    are refused with an :class:`EpochError` naming one;
-2. when the EWMA estimate says the epoch would overrun a shedding query's budget, cells
-   are shed (:func:`~strata.windows.policies.plan_shedding`) before the aggregation;
+2. when the cost model of recent epochs says this one would overrun a shedding
+   query's budget, cells are shed (:func:`~strata.windows.policies.plan_shedding`)
+   before the aggregation;
 3. the cells join the pane store — in the driver's memory
    (:mod:`~strata.windows.driver_store`) or as Parquet the executors read
    (:mod:`~strata.windows.executors`) — and the windows the eviction policy releases,
@@ -21,13 +22,14 @@ Each epoch (``docs/windows.md``):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from strata import config
@@ -37,7 +39,6 @@ from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
 from strata.physical.session import set_confs
 from strata.physical.small_epochs import conf_of, fits_driver
-from strata.queries.spark import lift, row_exprs, struct_type
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, written_increment
@@ -45,19 +46,20 @@ from strata.storage.manifest import StateSnapshot
 from strata.windows import executors, outputs
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
 from strata.windows.driver_store import DriverPanes, cells_of, map_reduce_cells
+from strata.windows.frames import increment_frame, lifted_cells
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.policies import (
-    Ewma,
+    COST_SAMPLES,
     closed_cells,
     emit_reason,
     failed_sources,
+    fit_cost,
     plan_shedding,
 )
 from strata.windows.query import WindowPlan
 from strata.windows.rows import (
     included,
     results_flow,
-    scan_prefix,
     scoreboard_flow,
     summary_columns,
 )
@@ -116,11 +118,10 @@ class WindowProgram(StageProgram):
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         try:
             started = time.perf_counter()
-            frame = self._frame(spark, files)
+            frame = increment_frame(self.plan, spark, files)
             stats, cells, lift_schema, late, shed = self._aggregate(ctx, ws, frame)
             skip = late | shed
-            elapsed = time.perf_counter() - started
-            self._observe(ws, stats, skip, elapsed)
+            self._observe(ws, stats, skip)
             if ws.store == "driver":
                 self._driver_panes(ws).add(cells)
             due = self._due(ws)
@@ -130,6 +131,10 @@ class WindowProgram(StageProgram):
                     end = w[0] + w[1]
                     ws.sealed = end if ws.sealed is None else max(ws.sealed, end)
             written, emitted = self._write_outputs(ctx, ws, due, boards, lift_schema)
+            aggregated = sum(n for c, (n, _, _) in stats.items() if c not in skip)
+            if stats:  # what load shedding's cost model learns from
+                ws.cost_samples = [*ws.cost_samples, [aggregated, time.perf_counter()
+                                                      - started]][-COST_SAMPLES:]
         finally:
             set_confs(spark, previous)
         directory = ctx.layout.program_dir(FILES)
@@ -143,7 +148,7 @@ class WindowProgram(StageProgram):
         ws.attempt = ctx.token
         reasons = [r for r, _ in due.values()]
         metrics = {"input_rows": sum(n for n, _, _ in stats.values()),
-                   "rows_aggregated": sum(n for c, (n, _, _) in stats.items() if c not in skip),
+                   "rows_aggregated": aggregated,
                    "cells": len(cells) if ws.store == "driver" else self._cells_written,
                    "store": ws.store,
                    "windows_emitted": sorted(w for w, (r, _) in due.items() if r != "refined"),
@@ -155,7 +160,8 @@ class WindowProgram(StageProgram):
                    "changed_rows": written[self.result_flow].records,
                    "combines": ws.counters.get("combines", 0),
                    "uncombines": ws.counters.get("uncombines", 0),
-                   "seconds_per_row": ws.seconds_per_row}
+                   "epoch_cost": dataclasses.asdict(cost) if (
+                       cost := fit_cost(ws.cost_samples)) else None}
         self._cache = ws
         return EpochOutcome(written, ws.to_json(), ctx.num_partitions, metrics)
 
@@ -169,13 +175,8 @@ class WindowProgram(StageProgram):
         return setting
 
     def _observe(self, ws: WindowState, stats: Mapping[CellKey, tuple[int, int, int]],
-                 skip: set[CellKey], elapsed: float) -> None:
-        """The epoch's cost per record, the sources' progress and the cells' counts."""
-        processed = sum(n for c, (n, _, _) in stats.items() if c not in skip)
-        arrived = sum(n for n, _, _ in stats.values())
-        if arrived:  # an epoch that shed everything still observes its cost per record
-            ws.seconds_per_row = Ewma(ws.seconds_per_row).update(
-                elapsed / (processed or arrived))
+                 skip: set[CellKey]) -> None:
+        """The sources' progress and the cells' counts."""
         for (s, p), (n, first, last) in stats.items():
             ws.progress[s] = max(ws.progress.get(s, last), last)
             ws.start = first if ws.start is None else min(ws.start, first)
@@ -200,23 +201,6 @@ class WindowProgram(StageProgram):
             self._driver = DriverPanes(self.plan, ws)
         return self._driver
 
-    def _frame(self, spark: SparkSession, files: list[str]) -> DataFrame:
-        """The increment's records with ``_src``, ``_t`` (event time in units), ``_pane``
-        and ``_mult``."""
-        plan = self.plan
-        cols = {c: t for c, t in plan.columns.items()}
-        # the flow's schema, as its increments are written: no footers read to infer it
-        schema = struct_type(", ".join(f"`{c}` {t}" for c, t in cols.items()))
-        d = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame(
-            [], schema)
-        if "_mult" not in d.columns:
-            d = d.withColumn("_mult", F.lit(1).cast("bigint"))
-        t = F.expr(plan.time_sql)
-        src = F.lit(plan.query.flow) if plan.one_source else F.col(
-            f"`{plan.query.source}`").cast("string")
-        return d.select("*", src.alias("_src"),
-                        t.alias("_t"), F.floor(t / F.lit(plan.width)).alias("_pane"))
-
     def _aggregate(self, ctx: EpochContext, ws: WindowState, frame: DataFrame):
         """Cell statistics — (source, pane) → (records, earliest, latest event time) —
         and the cells (source, pane, key, parts) of the records not too late or shed;
@@ -227,7 +211,7 @@ class WindowProgram(StageProgram):
                 # one aggregation: rows a filter (or lateness) excludes form groups of
                 # their own (_pass false), counted in the statistics only
                 floor = None if ws.floor is None else f"_pane >= {ws.floor}"
-                table = self._lift_frame(frame, floor, stats=True).toArrow()
+                table = lifted_cells(self.plan, frame, floor, stats=True).toArrow()
                 by_cell = table.group_by(["_src", "_pane"]).aggregate(
                     [("_n", "sum"), ("_lo", "min"), ("_hi", "max")])
                 stats = self._stats(ctx, frame, by_cell.select(
@@ -250,7 +234,7 @@ class WindowProgram(StageProgram):
             if plan.group is None:
                 return (stats, map_reduce_cells(plan, frame, ctx.num_partitions), None, late,
                         shed)
-            lifted = self._lift_frame(frame)
+            lifted = lifted_cells(self.plan, frame)
             if ws.store == "executors":
                 self._write_cells_on_executors(ctx, ws, lifted, set(stats) - skipped)
                 return stats, [], lifted.schema, late, shed
@@ -306,7 +290,7 @@ class WindowProgram(StageProgram):
         shed: set[CellKey] = set()
         if shedding is not None:
             rows = {c: v[0] for c, v in stats.items() if c not in late}
-            shed = plan_shedding(rows, ws.seconds_per_row, shedding.budget_seconds,
+            shed = plan_shedding(rows, fit_cost(ws.cost_samples), shedding.budget_seconds,
                                  shedding.kind, shedding.seed * 1_000_003 + epoch)
             for c in shed:
                 ws.shed[c] = ws.shed.get(c, 0) + stats[c][0]
@@ -333,33 +317,6 @@ class WindowProgram(StageProgram):
                 sum(cells[(s, p)][0] for p in panes), s,
                 ", ".join(str(outputs.time_of(plan)(p * plan.width)) for p in panes[:5])
                 + (", ..." if len(panes) > 5 else ""), why)
-
-    def _lift_frame(self, frame: DataFrame, keep: str | None = None, stats: bool = False
-                    ) -> DataFrame:
-        """The only pass over records: ``h`` per (source, pane, group) of the rows the
-        query's filter and ``keep`` pass. With ``stats``, all rows are aggregated, those
-        not passing in groups of their own (``_pass`` false), and each group also counts
-        its records (``_n``) and their earliest and latest event times."""
-        plan = self.plan
-        assert plan.group is not None
-        node = plan.group.node
-        where, defs = row_exprs(node.child)
-        prefix = scan_prefix(node.child)
-        if prefix:
-            frame = frame.select(*[F.col(f"`{c}`").alias(prefix + c) for c in plan.columns
-                                   if c != "_mult"], "_mult", "_src", "_pane", "_t")
-        cond = " AND ".join(f"({c})" for c in (where, keep) if c)
-        if not stats:
-            d = frame.where(F.expr(cond)) if cond else frame
-            d = d.select(*[F.expr(sql).alias(n) for n, sql in defs.items()], "_mult",
-                         "_src", "_pane")
-            return lift(plan.group, d, by=("_src", "_pane"))
-        passes = F.coalesce(F.expr(cond), F.lit(False)) if cond else F.lit(True)
-        d = frame.select(*[(F.when(passes, F.expr(sql)) if cond else F.expr(sql)).alias(n)
-                           for n, sql in defs.items()], "_mult", "_src", "_pane", "_t",
-                         passes.alias("_pass"))
-        return lift(plan.group, d, by=("_src", "_pane", "_pass"), extra=[
-            F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"), F.max("_t").alias("_hi")])
 
     # -- panes and windows -----------------------------------------------------------------
     def _board(self, ws: WindowState, w: WindowId) -> Scoreboard:

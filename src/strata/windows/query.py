@@ -34,9 +34,9 @@ RESULT_COLUMNS = {"window_start": "", "window_end": "", "c2_fraction": "double",
 
 @dataclass(frozen=True)
 class Shedding:
-    """Shed cells when an epoch's estimated processing time (EWMA of seconds per record
-    times its records) exceeds ``budget_seconds``; ``kind`` (random, spatial, temporal)
-    says which cells go, chosen reproducibly from ``seed``."""
+    """Shed cells when an epoch's estimated processing time (a fixed part and a part per
+    record, fitted to recent epochs) exceeds ``budget_seconds``; ``kind`` (random,
+    spatial, temporal) says which cells go, chosen reproducibly from ``seed``."""
 
     budget_seconds: float
     kind: str = "random"

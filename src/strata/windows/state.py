@@ -61,7 +61,8 @@ class WindowState:
     frontier: dict[int, int] = field(default_factory=dict)  # window spec → next window
     floor: int | None = None  # panes below it are gone (their windows are final)
     emitted: dict[WindowId, Emitted] = field(default_factory=dict)  # live emitted
-    seconds_per_row: float | None = None  # EWMA of processing cost
+    cost_samples: list[list[float]] = field(default_factory=list)  # recent epochs'
+    # [records aggregated, seconds], what load shedding's cost model is fitted to
     late_dropped: int = 0
     disorder_dropped: int = 0  # records refused: their cells were complete (final)
     sealed: int | None = None  # end pane of the latest result published complete
@@ -91,7 +92,7 @@ class WindowState:
                 "frontier": {str(i): k for i, k in self.frontier.items()},
                 "floor": self.floor, "shed": [[s, p, n] for (s, p), n in self.shed.items()],
                 "records": [[s, p, n] for (s, p), n in self.records.items()],
-                "seconds_per_row": self.seconds_per_row, "late_dropped": self.late_dropped,
+                "cost_samples": self.cost_samples, "late_dropped": self.late_dropped,
                 "disorder_dropped": self.disorder_dropped, "sealed": self.sealed,
                 "counters": self.counters, "cell_files": self.cell_files,
                 "result_files": self.result_files, "attempt": self.attempt,
@@ -140,7 +141,7 @@ def load(state: Mapping[str, Any], directory: str, algebra: PartsAlgebra) -> Win
                      floor=state["floor"],
                      shed={(s, p): n for s, p, n in state["shed"]},
                      records={(s, p): n for s, p, n in state["records"]},
-                     seconds_per_row=state["seconds_per_row"],
+                     cost_samples=[list(x) for x in state.get("cost_samples", ())],
                      late_dropped=state["late_dropped"],
                      disorder_dropped=state.get("disorder_dropped", 0),
                      sealed=state.get("sealed"), counters=dict(state["counters"]),
