@@ -307,8 +307,15 @@ def section_series(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int, *
     shell, warm = None, None
     if p["cli_days"]:
         log(f"series: {p['cli_days']} days from the shell")
+        on_cluster = master.startswith("spark://")
+        if on_cluster:  # a standalone master gives an application every free core: the
+            spark.stop()  # shell's runs would wait for executors while this one holds them
         shell = series_from_shell(files[:p["cli_days"]], tmp / "shell", dict(ser.SERIES),
                                   ser.DDL, master=master, partitions=parts, confs=confs, log=log)
+        if on_cluster:  # series is the last section: this session only reads the answers
+            from strata.physical.session import get_spark
+
+            spark = get_spark(master, app_name="strata-bench-scale-answers")
         match["shell"] = ser.check_answers(files, answers_of(tmp / "shell", spark))
         warm = round(statistics.median(d["run_seconds"] for d in full[:p["cli_days"]]), 3)
     return {"original": original, "full": full, "shell": shell, "answers_match_duckdb": match,
@@ -481,6 +488,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if bad := [s for s in args.sections if s not in SECTIONS]:
         ap.error(f"unknown sections {bad}: choose from {','.join(SECTIONS)}")
+    args.sections.sort(key=SECTIONS.index)  # in this order: series stops the session
     if args.out is None and not args.quick:
         stem = "scale_cluster" if args.master.startswith("spark://") else "scale"
         args.out = str(ROOT / "benchmarks" / "results" / f"{stem}.json")
