@@ -1,6 +1,7 @@
 """Render the results section of docs/performance.md from ``benchmarks/results/*.json``.
 
-One table per benchmark (a results file is named after its benchmark script): every
+One table per benchmark (a results file is named after its benchmark script, with
+``_cluster`` for its run on the standalone cluster): every
 figure its ``summary`` reports, with its target and whether it was met, and the run it
 came from (commit, date, machine, load), as far as the file records them. Only the
 region between the two marker comments is rewritten; the prose around it is written by
