@@ -16,9 +16,8 @@ from strata.windows.rows import scan_prefix
 def increment_frame(plan: WindowPlan, spark: SparkSession, files: list[str]) -> DataFrame:
     """The increment's records with ``_src``, ``_t`` (event time in units), ``_pane``
     and ``_mult``."""
-    cols = {c: t for c, t in plan.columns.items()}
     # the flow's schema, as its increments are written: no footers read to infer it
-    schema = struct_type(", ".join(f"`{c}` {t}" for c, t in cols.items()))
+    schema = struct_type(", ".join(f"`{c}` {t}" for c, t in plan.columns.items()))
     d = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame(
         [], schema)
     if "_mult" not in d.columns:

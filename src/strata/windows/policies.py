@@ -135,10 +135,10 @@ def fit_cost(samples: Sequence[Sequence[float]]) -> EpochCost | None:
     if not xs or max(xs) <= 0:
         return None
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
     if max(xs) - min(xs) < ALIKE * max(xs):
         return EpochCost(0.0, my / mx)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+             / sum((x - mx) ** 2 for x in xs))
     if slope <= 0:  # records cost nothing measurable beside the noise
         return EpochCost(my, 0.0)
     if my - slope * mx < 0:  # through the origin
@@ -164,21 +164,16 @@ def plan_shedding(rows: Mapping[CellKey, int], cost: EpochCost | None,
     rng = random.Random(seed)
     cells = sorted(rows)
     if kind == "random":  # random cells of every pane alike, so that no window loses most
-        by_pane: dict[int, list[CellKey]] = {}
-        for c in cells:
-            by_pane.setdefault(c[1], []).append(c)
-        for v in by_pane.values():
+        by_pane = _grouped(cells, 1)
+        for v in by_pane:
             rng.shuffle(v)
-        order = _round_robin(list(by_pane.values()))
+        order = _round_robin(by_pane)
     elif kind == "spatial":
         sources = sorted({s for s, _ in cells})
         rng.shuffle(sources)
         order = [c for s in sources for c in cells if c[0] == s]
     else:  # temporal: keep every source's oldest panes, shed the newest round-robin
-        by_source: dict[str, list[CellKey]] = {}
-        for c in cells:
-            by_source.setdefault(c[0], []).append(c)
-        order = _round_robin(list(by_source.values()))
+        order = _round_robin(_grouped(cells, 0))
     kept, used = set(), 0
     for c in order:
         if used + rows[c] > allowed:
@@ -188,6 +183,14 @@ def plan_shedding(rows: Mapping[CellKey, int], cost: EpochCost | None,
         kept.add(c)
         used += rows[c]
     return set(rows) - kept
+
+
+def _grouped(cells: list[CellKey], part: int) -> list[list[CellKey]]:
+    """``cells`` (sorted) grouped by their source (``part`` 0) or pane (1), in order."""
+    groups: dict[object, list[CellKey]] = {}
+    for c in cells:
+        groups.setdefault(c[part], []).append(c)
+    return list(groups.values())
 
 
 def _round_robin(lists: list[list[CellKey]]) -> list[CellKey]:
