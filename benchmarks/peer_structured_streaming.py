@@ -373,9 +373,10 @@ class Stream(Method):
         self.query.processAllAvailable()
         secs = time.perf_counter() - t0
         prog = self.query.lastProgress or {}
-        if prog.get("numInputRows") != self.ctx["records"]:
+        rows = pq.ParquetFile(file).metadata.num_rows
+        if prog.get("numInputRows") != rows:
             raise RuntimeError(f"{self.name}: increment {e} was not one micro-batch of "
-                               f"{self.ctx['records']} rows: {prog.get('numInputRows')}")
+                               f"{rows} rows: {prog.get('numInputRows')}")
         total = _group_shuffle(self.ctx, str(self.query.runId))
         row = {"seconds": round(secs, 4),
                "trigger_execution_s": prog["durationMs"]["triggerExecution"] / 1000,
@@ -421,7 +422,8 @@ def make_method(name: str, ctx: Ctx) -> Method:
 
 
 def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int,
-                    around: Callable[[str, int], AbstractContextManager[dict]] | None = None
+                    around: Callable[[str, int], AbstractContextManager[dict]] | None = None,
+                    reduce_counts: Callable[[pa.Table], Any] | None = None
                     ) -> tuple[dict, dict, dict, dict]:
     """Increment by increment, every method in turn (so a change of machine load hits all of
     them alike). Returns rows per method, final counts, skipped methods (why) and the load
@@ -429,8 +431,15 @@ def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int,
     step; the dict it yields, filled by the time it exits, is added to the step's row
     (``benchmarks/scale.py`` measures the driver's memory so). A method that runs every
     increment collects its final counts after the last increment's round of all methods,
-    so that collecting one method's counts does not weigh on another's step."""
+    so that collecting one method's counts does not weigh on another's step.
+    ``reduce_counts``, if given, replaces each method's final counts by what it returns (a
+    check against the expected counts: millions of counts per method are then not all
+    held at once)."""
     methods, rows, counts, skipped, loads = {}, {}, {}, {}, {}
+
+    def finish(method: Method) -> Any:
+        got = method.finish()
+        return got if reduce_counts is None else reduce_counts(got)
 
     def drop(name: str, e: Exception) -> None:
         if name in ("strata_direct", "full_recompute"):
@@ -459,7 +468,7 @@ def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int,
                     row = methods[name].step(e, f)
                 row = {**row, **measured}
                 if e == last < len(files):
-                    counts[name] = methods[name].finish()
+                    counts[name] = finish(methods[name])
             except Exception as ex:  # noqa: BLE001
                 drop(name, ex)
                 continue
@@ -470,7 +479,7 @@ def run_interleaved(names: list[str], ctx: Ctx, files: list[Path], n_slow: int,
     for name in list(methods):
         if name not in counts and len(rows.get(name, ())) == len(files):
             try:
-                counts[name] = methods[name].finish()
+                counts[name] = finish(methods[name])
             except Exception as ex:  # noqa: BLE001
                 drop(name, ex)
     return rows, counts, skipped, loads

@@ -7,8 +7,10 @@ one Spark session. Three sections (``--sections`` picks some), each reusing its 
 benchmark's code:
 
 * ``urlcount`` (``benchmarks/peer_structured_streaming.py``): increments of URL
-  sightings (Zipf 0.9 over ``keys`` URLs, so the counted state grows every increment)
-  through strata's per-group direct stage, the vectorized stage and the SQL query, against
+  sightings (Zipf 0.9 over ``keys`` URLs, so the counted state grows every increment;
+  after the second, ``bulk_increments`` unmeasured increments add ``bulk_urls`` new URLs,
+  so that the last increment meets 16 times the second's state) through strata's
+  per-group direct stage, the vectorized stage and the SQL query, against
   Structured Streaming's JVM ``groupBy().count()`` and Spark SQL recomputation over all
   increments so far, interleaved increment by increment; wall seconds per increment and
   the driver's peak resident memory during each step (``scale_support.peak_rss``).
@@ -31,7 +33,8 @@ over ``get_spark(event_log_dir=...)``), never the UI's REST API, whose answers t
 these sizes. Every route's answers are checked against DuckDB over the raw data
 (``answers_match``). Sizes are in ``FULL`` and ``QUICK`` (the JSON's ``params``); the
 full sizes are chosen to run in about 30 minutes on 2 cores, below the sizes
-issue 54 names where those would not fit (the JSON's ``params.issue_sizes``).
+issue 54 names where those would not fit (the JSON's ``params.issue_sizes``). The session
+gets ``DRIVER_MEMORY`` (Structured Streaming keeps its URL counts in the JVM).
 
     python benchmarks/scale.py [--quick] [--sections urlcount,windows,series]
         [--master URL] [--out PATH.json] [--plot PATH.png]
@@ -61,6 +64,8 @@ from pathlib import Path
 import numpy as np
 import peer_structured_streaming as peer
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import series as ser
 import windows as win
 from common import emit, event_log_dir, run_record, save, target_figure
@@ -77,15 +82,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("urlcount", "windows", "series")
 FULL = {
     "urlcount": {"records": 2_000_000, "keys": 20_000_000, "increments": 4, "skew": 0.9,
-                 "partitions": 2},
+                 "bulk_urls": 16_000_000, "bulk_increments": 4, "partitions": 2},
     "windows": {"rows": 500_000, "increments": 3, "urls": 1_000_000, "urls_small": 100_000,
                 "users": 20_000, "minutes": 5, "shed_increments": 8, "shed_rows": 500_000,
                 "partitions": 2, "peer_timeout_s": 180},
     "series": {**ser.FULL, "rows": 2_000_000, "cli_days": 5, "partitions": 4},
 }
 QUICK = {
-    "urlcount": {"records": 5_000, "keys": 100_000, "increments": 2, "skew": 0.9,
-                 "partitions": 2},
+    "urlcount": {"records": 5_000, "keys": 100_000, "increments": 3, "skew": 0.9,
+                 "bulk_urls": 20_000, "bulk_increments": 1, "partitions": 2},
     "windows": {"rows": 4_000, "increments": 2, "urls": 2_000, "urls_small": 200,
                 "users": 500, "minutes": 5, "shed_increments": 2, "shed_rows": 4_000,
                 "partitions": 2, "peer_timeout_s": 120},
@@ -98,6 +103,7 @@ ISSUE_SIZES = {  # issue 54, item 5: where the full sizes above are smaller, the
     "windows": "increments of 2,000,000 records over >= 1,000,000 distinct URLs",
     "series": "14 daily segments of >= 2,000,000 rows; 7 days from the shell",
 }
+DRIVER_MEMORY = "12g"  # unless STRATA_DRIVER_MEMORY says otherwise
 URL_METHODS = ["strata_direct", "strata_vectorized", "strata_query", "ss_builtin_count",
                "full_recompute"]
 URL_ROUTES_OF_STRATA = ("strata_direct", "strata_vectorized", "strata_query")
@@ -136,32 +142,70 @@ def driver_off() -> dict[str, str]:
             config.ARROW.name: "false"}
 
 
-def steady(xs: list[float]) -> float:
-    """The median of increments 2..k (the first starts each method's query or stage)."""
-    return round(statistics.median(xs[1:] or xs), 3)
-
-
 # -- urlcount ------------------------------------------------------------------------------
-def section_urlcount(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int) -> dict:
-    spark.conf.set("spark.sql.shuffle.partitions", str(p["partitions"]))
+def make_bulk(root: Path, first_id: int, urls: int, parts: int, seed: int) -> list[Path]:
+    """``urls`` new URLs (ids from ``first_id`` on, none a Zipf increment draws), each
+    sighted once, shuffled over ``parts`` Parquet files: increments that grow the counted
+    state without being measured."""
+    rng = np.random.default_rng([seed, first_id, urls])
+    ids = pa.array(first_id + rng.permutation(urls), pa.int64())
+    site = pc.cast(pc.remainder(ids, 500), pa.string())
+    page = pc.cast(ids, pa.string())
+    col = pc.binary_join_element_wise("https://site", site, ".example.com/page/", page, "")
+    root.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, part in enumerate(np.array_split(np.arange(urls), parts), 1):
+        path = root / f"bulk-{i:02d}.parquet"
+        pq.write_table(pa.table({"url": col.take(pa.array(part))}), path, compression="zstd")
+        files.append(path)
+    return files
+
+
+def url_increments(p: dict, tmp: Path, seed: int) -> tuple[list[Path], list[dict]]:
+    """The Zipf increments, with ``bulk_increments`` files of ``bulk_urls`` new URLs after
+    the second: the first measured increment (the second) meets the first increment's
+    state, the last meets that plus every bulk URL (stats marked ``bulk`` are not
+    measured)."""
     files, stats = peer.make_increments(tmp / "increments", p["records"], p["keys"],
                                         p["increments"], p["skew"], seed)
-    log(f"urlcount: {len(files)} increments of {p['records']:,} records; URLs after each "
-        f"{[s['urls_so_far'] for s in stats]}")
+    bulk = make_bulk(tmp / "bulk", p["keys"], p["bulk_urls"], p["bulk_increments"], seed)
+    per = p["bulk_urls"] // p["bulk_increments"]
+    bulk_stats = [{"distinct_urls": per, "urls_so_far": stats[1]["urls_so_far"] + per * i,
+                   "bulk": True} for i in range(1, len(bulk) + 1)]
+    later = [{**st, "urls_so_far": st["urls_so_far"] + p["bulk_urls"]} for st in stats[2:]]
+    return ([*files[:2], *bulk, *files[2:]], [*stats[:2], *bulk_stats, *later])
+
+
+def measured(stats: list[dict]) -> list[int]:
+    """Indices of the increments the figures use: not the first (it starts each method's
+    query or stage) and not a bulk one."""
+    return [i for i, st in enumerate(stats) if i > 0 and not st.get("bulk")]
+
+
+def section_urlcount(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int) -> dict:
+    spark.conf.set("spark.sql.shuffle.partitions", str(p["partitions"]))
+    files, stats = url_increments(p, tmp, seed)
+    log(f"urlcount: {len(files)} increments ({p['bulk_increments']} of them bulk); URLs "
+        f"after each {[s['urls_so_far'] for s in stats]}")
     ctx = {"spark": spark, "metrics": metrics, "tmp": tmp, "records": p["records"],
            "partitions": p["partitions"]}
     if not quick:  # JVM, Python workers, imports, a first streaming query: not reported
         warm, _ = peer.make_increments(tmp / "warm-inc", 2000, 20_000, 1, p["skew"], seed + 1)
         peer.run_interleaved(URL_METHODS, {**ctx, "records": 2000, "tmp": tmp / "warm"},
                              warm, 1)
-    rows, counts, skipped, loads = peer.run_interleaved(
-        URL_METHODS, ctx, files, len(files), around=lambda m, e: peak_rss())
     want = duckdb_url_counts(files)
+    rows, matches, skipped, loads = peer.run_interleaved(
+        URL_METHODS, ctx, files, len(files), around=lambda m, e: peak_rss(),
+        reduce_counts=lambda got: bool(got.equals(want)))
     per = {m: [r["seconds"] for r in rs] for m, rs in rows.items()}
-    return {"per_increment_seconds": per, "median_seconds": {m: steady(x) for m, x in per.items()},
+    steady_at = measured(stats)
+    return {"per_increment_seconds": per,
+            "median_seconds": {m: round(statistics.median([x[i] for i in steady_at]), 3)
+                               for m, x in per.items()},
+            "measured_increments": [i + 1 for i in steady_at],
             "per_increment": rows, "increment_stats": stats, "skipped": skipped,
-            "answers_match_duckdb": {m: bool(c.equals(want)) for m, c in counts.items()},
-            "final_urls": want.num_rows, "load_average_by_step": loads}
+            "answers_match_duckdb": matches, "final_urls": want.num_rows,
+            "load_average_by_step": loads}
 
 
 # -- windows -------------------------------------------------------------------------------
@@ -441,6 +485,11 @@ def plot(result: dict, path: str) -> None:
                                 marker="o", label=f"{m} (Python driver)")
         jvm = [r["jvm_rss_peak"] / 2**20 for r in u["per_increment"]["strata_direct"]]
         axes[0][1].plot(range(1, len(jvm) + 1), jvm, "k--", label="JVM during strata_direct")
+        bulk = [i for i, st in enumerate(u["increment_stats"], 1) if st.get("bulk")]
+        if bulk:
+            for ax in axes[0]:
+                ax.axvspan(bulk[0] - 0.5, bulk[-1] + 0.5, color="0.9",
+                           label="bulk increments (not measured)")
     axes[0][0].set(title="URL count: seconds per increment", xlabel="increment",
                    yscale="log")
     axes[0][1].set(title="URL count: driver peak RSS (MiB) per increment", xlabel="increment")
@@ -506,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = copy.deepcopy(QUICK if args.quick else FULL)
     confs = driver_off()
+    # Structured Streaming's in-memory state store holds two versions of ~18M counts
+    os.environ.setdefault("STRATA_DRIVER_MEMORY", DRIVER_MEMORY)
     spark = get_spark(args.master, app_name="strata-bench-scale", event_log_dir=event_log_dir(),
                       **{"spark.sql.session.timeZone": "UTC",
                          "spark.sql.streaming.pollingDelay": peer.POLLING_DELAY,
@@ -516,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = SparkMetrics(spark, timeout_s=120)
     result: dict = {"params": {"quick": args.quick, "master": spark.sparkContext.master,
                                "sections": args.sections, "seed": args.seed,
+                               "driver_memory": os.environ["STRATA_DRIVER_MEMORY"],
                                "driver_off_confs": confs,
                                **{s: sizes[s] for s in args.sections},
                                "issue_sizes": {s: ISSUE_SIZES[s] for s in args.sections}},
