@@ -1,7 +1,8 @@
 """The pane store in the driver's memory (``spark.strata.window.store`` = ``driver``, and
 every MapReduce window): cells come to the driver, each pane's aggregate is cached, and
 each window spec's slider adds the new pane and removes the expired one (or Two-Stacks);
-the answers ``a`` of the windows due are one small Spark job (``docs/windows.md``)."""
+the answers ``a`` of the windows due are computed in Arrow by the query layer's backend,
+or by one small Spark job where it cannot (``docs/windows.md``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from strata.queries.arrow import Unsupported, arrow_step
 from strata.queries.spark import answer
 from strata.windows.aggregates import (
     PICKLED_CELLS,
@@ -103,9 +105,15 @@ class DriverPanes:
                           if v[0]]
             return out
         assert lift_schema is not None
-        merged = spark.createDataFrame(_merged_table(plan, windows, lift_schema))
+        merged = _merged_table(plan, windows, lift_schema)
         names, by_id = list(plan.outputs), list(windows)
-        for r in answer(plan.group, merged, spark, carry=("_w",)).toArrow().to_pylist():
+        try:  # in Arrow, by the query layer's backend; else one Spark job
+            m, keep = arrow_step.answered(plan.group, merged, total=True)
+            rows = m.filter(keep).select(["_w", *names]).to_pylist()
+        except Unsupported:
+            rows = answer(plan.group, spark.createDataFrame(merged), spark,
+                          carry=("_w",)).toArrow().to_pylist()
+        for r in rows:
             out[by_id[r["_w"]]].append({n: r[n] for n in names})
         return out
 

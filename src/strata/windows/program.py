@@ -2,7 +2,8 @@
 
 Each epoch (``docs/windows.md``):
 
-1. one Spark aggregation turns the increment's records into cells (source, pane, group)
+1. one aggregation (by the driver in Arrow when the increment is small, else by Spark)
+   turns the increment's records into cells (source, pane, group)
    with the monoids' ``h`` (or the MapReduce's ``map`` and ``combine``) — the only pass
    over records — and counts each cell's records and their earliest and latest event
    times (a source's latest is its progress); records the query's filter excludes, of
@@ -39,6 +40,7 @@ from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.runner import spark_failure
 from strata.physical.session import set_confs
 from strata.physical.small_epochs import conf_of, fits_driver
+from strata.queries.spark import dispatch
 from strata.storage import fs
 from strata.storage.home import StageLayout
 from strata.storage.increments import Increment, written_increment
@@ -46,7 +48,7 @@ from strata.storage.manifest import StateSnapshot
 from strata.windows import executors, outputs
 from strata.windows.c2 import CellKey, Scoreboard, scoreboard
 from strata.windows.driver_store import DriverPanes, cells_of, map_reduce_cells
-from strata.windows.frames import increment_frame, lifted_cells
+from strata.windows.frames import increment_frame, lifted_cells, lifted_in_arrow
 from strata.windows.panes import WindowId, window_panes
 from strata.windows.policies import (
     COST_SAMPLES,
@@ -112,14 +114,14 @@ class WindowProgram(StageProgram):
         ws = self._state(ctx)
         self._cache = None  # owned by this attempt until it succeeds
         self._cells_written = 0
+        self._in_driver = False  # the records lifted by the driver in Arrow
         ws.store = ws.store or self._store(ctx)
         files = [f for inc in ctx.inputs.get(q.flow, ()) for f in inc.files]
         spark = ctx.spark
         previous = set_confs(spark, {"spark.sql.shuffle.partitions": str(ctx.num_partitions)})
         try:
             started = time.perf_counter()
-            frame = increment_frame(self.plan, spark, files)
-            stats, cells, lift_schema, late, shed = self._aggregate(ctx, ws, frame)
+            stats, cells, lift_schema, late, shed = self._aggregate(ctx, ws, files)
             skip = late | shed
             self._observe(ws, stats, skip)
             if ws.store == "driver":
@@ -151,6 +153,7 @@ class WindowProgram(StageProgram):
                    "rows_aggregated": aggregated,
                    "cells": len(cells) if ws.store == "driver" else self._cells_written,
                    "store": ws.store,
+                   "in_driver": self._in_driver,
                    "windows_emitted": sorted(w for w, (r, _) in due.items() if r != "refined"),
                    "windows_refined": sorted(w for w, (r, _) in due.items() if r == "refined"),
                    "emit_reasons": dict(Counter(reasons)),
@@ -201,26 +204,25 @@ class WindowProgram(StageProgram):
             self._driver = DriverPanes(self.plan, ws)
         return self._driver
 
-    def _aggregate(self, ctx: EpochContext, ws: WindowState, frame: DataFrame):
+    def _aggregate(self, ctx: EpochContext, ws: WindowState, files: list[str]):
         """Cell statistics — (source, pane) → (records, earliest, latest event time) —
         and the cells (source, pane, key, parts) of the records not too late or shed;
-        one Spark action for both unless shedding must see the statistics first."""
+        one pass over the records for both (in the driver on Arrow when the increment is
+        small, else one Spark action) unless shedding must see the statistics first."""
         plan, q = self.plan, self.plan.query
+        frame = increment_frame(plan, ctx.spark, files)
         try:
-            if q.shedding is None and plan.group is not None and ws.store == "driver":
-                # one aggregation: rows a filter (or lateness) excludes form groups of
-                # their own (_pass false), counted in the statistics only
-                floor = None if ws.floor is None else f"_pane >= {ws.floor}"
-                table = lifted_cells(self.plan, frame, floor, stats=True).toArrow()
-                by_cell = table.group_by(["_src", "_pane"]).aggregate(
-                    [("_n", "sum"), ("_lo", "min"), ("_hi", "max")])
-                stats = self._stats(ctx, frame, by_cell.select(
-                    ["_src", "_pane", "_n_sum", "_lo_min", "_hi_max"]).rename_columns(
-                    ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
-                late, shed = self._skipped(ctx, ws, stats)
-                cells = [c for c in cells_of(plan, table.filter(table.column("_pass")))
-                         if (c[0], c[1]) not in late]
-                return stats, cells, table.schema, late, shed
+            if plan.group is not None and ws.store == "driver":
+                table = (lifted_in_arrow(plan, ctx.spark, files, ws.floor)
+                         if dispatch.driver_increment(ctx) else None)
+                self._in_driver = table is not None
+                if table is None and q.shedding is None:
+                    # rows a filter (or lateness) excludes form groups of their own
+                    # (_pass false), counted in the statistics only
+                    floor = None if ws.floor is None else f"_pane >= {ws.floor}"
+                    table = lifted_cells(plan, frame, floor, stats=True).toArrow()
+                if table is not None:
+                    return self._cells_of(ctx, ws, frame, table)
             stats_frame = frame.groupBy("_src", "_pane").agg(
                 F.count(F.lit(1)).alias("_n"), F.min("_t").alias("_lo"),
                 F.max("_t").alias("_hi"))
@@ -246,6 +248,20 @@ class WindowProgram(StageProgram):
             raise EpochError(f"window query {q.name!r} could not aggregate its records into "
                              "panes", stage=ctx.stage.name, epoch=ctx.epoch, flow=q.flow,
                              cause=spark_failure(e)) from e
+
+    def _cells_of(self, ctx: EpochContext, ws: WindowState, frame: DataFrame,
+                  table: Any):
+        """Statistics and cells from one lift with statistics (:func:`lifted_cells`)."""
+        by_cell = table.group_by(["_src", "_pane"]).aggregate(
+            [("_n", "sum"), ("_lo", "min"), ("_hi", "max")])
+        stats = self._stats(ctx, frame, by_cell.select(
+            ["_src", "_pane", "_n_sum", "_lo_min", "_hi_max"]).rename_columns(
+            ["_src", "_pane", "_n", "_lo", "_hi"]).to_pylist())
+        late, shed = self._skipped(ctx, ws, stats)
+        skipped = late | shed
+        cells = [c for c in cells_of(self.plan, table.filter(table.column("_pass")))
+                 if (c[0], c[1]) not in skipped]
+        return stats, cells, table.schema, late, shed
 
     def _write_cells_on_executors(self, ctx: EpochContext, ws: WindowState,
                                   lifted: DataFrame, kept: set[CellKey]) -> None:

@@ -118,10 +118,14 @@ def negated(df: Rows) -> Rows | None:
         i, table.schema.field(MULT), pc.negate(table.column(MULT))), df.schema)
 
 
-def lifted(plan: GroupPlan, d: Rows) -> Rows | None:
+def lifted(plan: GroupPlan, d: Rows, by: Sequence[str] = (),
+           extra: Sequence[tuple[str, str, str]] = ()) -> Rows | None:
     """``h`` of held rows ``d``: per group (``_g``, a struct of its keys) each part's lift,
     when every part is ``sum``, ``min`` or ``max`` of an expression Arrow evaluates and no
-    key is a double (Spark groups -0.0 with 0.0 and every NaN together; Arrow does not)."""
+    key is a double (Spark groups -0.0 with 0.0 and every NaN together; Arrow does not).
+    Per ``by`` columns of ``d`` too (first in the result), with the ``extra`` aggregates
+    (name, column of ``d``, ``sum``/``min``/``max``) last, as
+    :func:`strata.queries.spark.lift` computes them."""
     table = d.arrow()
     if table is None:
         return None
@@ -147,26 +151,38 @@ def lifted(plan: GroupPlan, d: Rows) -> Rows | None:
         if f != "sum" and st == "double" and pc.any(pc.is_nan(v)).as_py():
             return None  # Spark's min and max order NaN above every number
     key_cols = [f"__k{j}" for j in range(keys.num_columns)]
-    rows = pa.table({**{k: keys.column(j) for j, k in enumerate(key_cols)},
-                     **{c: v for c, (v, _) in values.items()}})
+    extras = {f"__x{i}": (table.column(c), f) for i, (_, c, f) in enumerate(extra)}
+    rows = pa.table({**{b: table.column(b) for b in by},
+                     **{k: keys.column(j) for j, k in enumerate(key_cols)},
+                     **{c: v for c, (v, _) in values.items()},
+                     **{c: v for c, (v, _) in extras.items()}})
     try:
-        groups = aggregate(rows, key_cols, [(c, f) for c, f in zip(values, funcs,
-                                                                    strict=True)])
+        groups = aggregate(rows, [*by, *key_cols], [
+            *zip(values, funcs, strict=True), *((c, f) for c, (_, f) in extras.items())])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     parts = {}
     for (c, (_, st)), f, p in zip(values.items(), funcs, plan.parts, strict=True):
-        value = groups[c]
         target = ARROW_TYPES["bigint" if f == "sum" and st != "double" else st]
-        if pa.types.is_decimal(value.type):
-            if pc.any(outside(value, target)).as_py():
-                return None  # Spark's ANSI overflow error
-            value = value.cast(target)
-        parts[p.name] = value
+        parts[p.name] = _narrowed(groups[c], target)
+    for (c, (v, f)), (name, _, _) in zip(extras.items(), extra, strict=True):
+        parts[name] = _narrowed(groups[c], pa.int64() if f == "sum" else v.type)
+    if any(v is None for v in parts.values()):
+        return None
     g = pa.StructArray.from_arrays([groups[k].combine_chunks() for k in key_cols],
                                    names=keys.column_names)
-    out = pa.table({"_g": g, **parts})
+    out = pa.table({**{b: groups[b] for b in by}, "_g": g, **parts})
     return _held(d, out)
+
+
+def _narrowed(value: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | None:
+    """An aggregate as ``target``: an integer sum (a decimal) narrowed, None if it does
+    not fit (Spark's ANSI overflow error)."""
+    if not pa.types.is_decimal(value.type):
+        return value
+    if pc.any(outside(value, target)).as_py():
+        return None
+    return value.cast(target)
 
 
 def merged(plan: GroupPlan, h: Rows, state: Rows | None,
@@ -179,8 +195,6 @@ def merged(plan: GroupPlan, h: Rows, state: Rows | None,
     if d is None or (state is not None and s is None):
         return None
     node, outputs = plan.node, [n for n, _ in plan.node.outputs]
-    if any(node.columns[o] not in ARROW_TYPES for o in outputs):
-        return None
     if s is not None:
         pairs = driver_rows.match([d.column("_g")], [s.column("_g")], "left outer")
         if pairs is None:
@@ -202,14 +216,7 @@ def merged(plan: GroupPlan, h: Rows, state: Rows | None,
             merge = bind(p.merge, {"s": f"s.`{p.name}`" if p.name in old else "NULL",
                                    "d": f"d.`{p.name}`"})
             m = m.append_column(p.name, arrow_expr.evaluate(merge, both)[0])
-        scope = answer_scope(plan)
-        for o, e in node.outputs:
-            v, _ = arrow_expr.evaluate(bind(to_sql(e), scope), m)
-            m = m.append_column(o, v.cast(ARROW_TYPES[node.columns[o]]))
-        keep = pc.not_equal(m.column("_cnt"), 0)
-        if node.having is not None:
-            having, _ = arrow_expr.evaluate(bind(to_sql(node.having), scope), m)
-            keep = pc.and_kleene(keep, pc.fill_null(having, False))
+        m, keep = answered(plan, m)
         m = m.append_column("_keep", keep)
         same = pa.repeat(pa.scalar(True), m.num_rows)
         for o in outputs:
@@ -235,6 +242,27 @@ def merged(plan: GroupPlan, h: Rows, state: Rows | None,
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
             return None
     return _held(h, rows), _held(h, changes)
+
+
+def answered(plan: GroupPlan, m: pa.Table, total: bool = False
+             ) -> tuple[pa.Table, pa.ChunkedArray]:
+    """``a`` in Arrow over merged parts ``m`` (``_g`` and the parts): ``m`` with the
+    outputs appended, and whether each row answers — its group has records (``_cnt`` ≠ 0;
+    with ``total``, a total aggregate's row always, as SQL answers one over no rows) and
+    ``HAVING`` keeps it — as :func:`strata.queries.spark.answer` computes them. Raises
+    :class:`Unsupported` where Arrow cannot."""
+    node, scope = plan.node, answer_scope(plan)
+    for o, e in node.outputs:
+        if node.columns[o] not in ARROW_TYPES:
+            raise Unsupported(f"output {o!r} of type {node.columns[o]}")
+        v, _ = arrow_expr.evaluate(bind(to_sql(e), scope), m)
+        m = m.append_column(o, v.cast(ARROW_TYPES[node.columns[o]]))
+    keep = (pa.chunked_array([pa.repeat(pa.scalar(True), m.num_rows)])
+            if total and not node.keys else pc.not_equal(m.column("_cnt"), 0))
+    if node.having is not None:
+        having, _ = arrow_expr.evaluate(bind(to_sql(node.having), scope), m)
+        keep = pc.and_kleene(keep, pc.fill_null(having, False))
+    return m, keep
 
 
 def merged_partials(gp: GroupPlan, stacked: Rows) -> Rows | None:

@@ -1,8 +1,9 @@
 """Where a query's rows are computed: in the driver as Arrow, or by Spark.
 
-The one place the query layer (and the series stage built on it) decides between the
-two paths of docs/architecture.md, "The driver's rows and Spark's": whether an epoch
-runs in the driver (:func:`epoch_mode`), whether operators may run in Arrow at all
+The one place the query layer (and the series and window stages built on it) decides
+between the two paths of docs/architecture.md, "The driver's rows and Spark's": whether
+an epoch runs in the driver (:func:`epoch_mode`; an increment alone:
+:func:`driver_increment`), whether operators may run in Arrow at all
 (:func:`arrow_steps`), and the limits every step asks before it brings rows to the
 driver (:func:`driver_rows`, :func:`driver_table_rows`, :func:`held_segment_rows`).
 The limits are session confs declared in :mod:`strata.config` (docs/configuration.md);
@@ -91,9 +92,18 @@ def epoch_mode(ctx: EpochContext, tables: Tables, mode: EvalMode,
     steps are on, the increment has at most ``spark.strata.query.driverRows`` records
     (and at most ``spark.strata.driverEpoch.maxRows``) and every state table at most
     ``spark.strata.query.driverTableRows`` rows; else ``mode``."""
-    if mode is not EvalMode.EPOCH or not driver_epochs or not arrow_steps(ctx.spark):
+    if mode is not EvalMode.EPOCH or not driver_epochs or not driver_increment(ctx):
         return mode
-    limit = min(driver_rows(ctx), driver_epoch_rows(ctx))
-    if ctx.input_records > limit or not tables.small(driver_table_rows(ctx)):
+    if not tables.small(driver_table_rows(ctx)):
         return mode
     return EvalMode.DRIVER
+
+
+def driver_increment(ctx: EpochContext) -> bool:
+    """Whether the driver reads an epoch's increment and runs its operators in Arrow:
+    Arrow steps are on and the increment has at most ``spark.strata.query.driverRows``
+    records (and at most ``spark.strata.driverEpoch.maxRows``). Query epochs also ask
+    their state's size (:func:`epoch_mode`); a window stage's pane store decides its own
+    (``docs/windows.md``)."""
+    limit = min(driver_rows(ctx), driver_epoch_rows(ctx))
+    return arrow_steps(ctx.spark) and ctx.input_records <= limit
