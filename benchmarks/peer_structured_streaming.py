@@ -358,7 +358,8 @@ class Stream(Method):
         stream = (spark.readStream.schema("url string").option("maxFilesPerTrigger", 1)
                   .parquet(str(self.watch)))
         # the state store provider is fixed when the query starts (its session is a clone)
-        rocksdb = ROCKSDB if kind.startswith("ss_transform_with_state") else None
+        rocksdb = ROCKSDB if kind.startswith("ss_transform_with_state") or self.ctx.get(
+            "rocksdb") else None
         with session_conf(spark, STATE_STORE_CONF, rocksdb):
             self.query = (_counting(kind, stream).writeStream.outputMode("update")
                           .foreachBatch(sink)

@@ -10,10 +10,11 @@ benchmark's code:
   sightings (Zipf 0.9 over ``keys`` URLs, so the counted state grows every increment;
   after the second, ``bulk_increments`` unmeasured increments add ``bulk_urls`` new URLs,
   so that the last increment meets 16 times the second's state) through strata's
-  per-group direct stage, the vectorized stage and the SQL query, against
-  Structured Streaming's JVM ``groupBy().count()`` and Spark SQL recomputation over all
-  increments so far, interleaved increment by increment; wall seconds per increment and
-  the driver's peak resident memory during each step (``scale_support.peak_rss``).
+  per-group direct stage, the vectorized stage and the SQL query, against Structured
+  Streaming's JVM ``groupBy().count()`` (RocksDB state store) and Spark SQL recomputation
+  over all increments so far, interleaved increment by increment; wall seconds per
+  increment and the driver's peak resident memory during each step
+  (``scale_support.peak_rss``).
 * ``windows`` (``benchmarks/windows.py`` and ``windows_spark.py``): a web log from 4
   servers over ``urls`` distinct URLs (uniform), count and average bytes per URL over
   sliding windows of range/slide 12 and 60 (slide one minute) against Structured
@@ -34,7 +35,8 @@ these sizes. Every route's answers are checked against DuckDB over the raw data
 (``answers_match``). Sizes are in ``FULL`` and ``QUICK`` (the JSON's ``params``); the
 full sizes are chosen to run in about 30 minutes on 2 cores, below the sizes
 issue 54 names where those would not fit (the JSON's ``params.issue_sizes``). The session
-gets ``DRIVER_MEMORY`` (Structured Streaming keeps its URL counts in the JVM).
+gets ``DRIVER_MEMORY`` (in local mode one JVM holds the driver and the executors, which
+aggregate bulk increments of millions of new URLs).
 
     python benchmarks/scale.py [--quick] [--sections urlcount,windows,series]
         [--master URL] [--out PATH.json] [--plot PATH.png]
@@ -173,6 +175,8 @@ def url_increments(p: dict, tmp: Path, seed: int) -> tuple[list[Path], list[dict
     bulk_stats = [{"distinct_urls": per, "urls_so_far": stats[1]["urls_so_far"] + per * i,
                    "bulk": True} for i in range(1, len(bulk) + 1)]
     later = [{**st, "urls_so_far": st["urls_so_far"] + p["bulk_urls"]} for st in stats[2:]]
+    gc.collect()  # the generators' arrays, before any step measures the driver's memory
+    pa.default_memory_pool().release_unused()
     return ([*files[:2], *bulk, *files[2:]], [*stats[:2], *bulk_stats, *later])
 
 
@@ -187,16 +191,23 @@ def section_urlcount(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int)
     files, stats = url_increments(p, tmp, seed)
     log(f"urlcount: {len(files)} increments ({p['bulk_increments']} of them bulk); URLs "
         f"after each {[s['urls_so_far'] for s in stats]}")
+    # millions of URLs: Structured Streaming on the RocksDB state store, as Spark's guide
+    # advises for millions of keys (its in-memory store took 9.9 GB of JVM at 9.7M)
     ctx = {"spark": spark, "metrics": metrics, "tmp": tmp, "records": p["records"],
-           "partitions": p["partitions"]}
+           "partitions": p["partitions"], "rocksdb": True}
     if not quick:  # JVM, Python workers, imports, a first streaming query: not reported
         warm, _ = peer.make_increments(tmp / "warm-inc", 2000, 20_000, 1, p["skew"], seed + 1)
         peer.run_interleaved(URL_METHODS, {**ctx, "records": 2000, "tmp": tmp / "warm"},
                              warm, 1)
-    want = duckdb_url_counts(files)
-    rows, matches, skipped, loads = peer.run_interleaved(
+    want: list[pa.Table] = []  # DuckDB's counts, once every step ran (not in their RSS)
+
+    def matches(got: pa.Table) -> bool:
+        want[:] = want or [duckdb_url_counts(files)]
+        return bool(got.equals(want[0]))
+
+    rows, matched, skipped, loads = peer.run_interleaved(
         URL_METHODS, ctx, files, len(files), around=lambda m, e: peak_rss(),
-        reduce_counts=lambda got: bool(got.equals(want)))
+        reduce_counts=matches)
     per = {m: [r["seconds"] for r in rs] for m, rs in rows.items()}
     steady_at = measured(stats)
     return {"per_increment_seconds": per,
@@ -204,7 +215,8 @@ def section_urlcount(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int)
                                for m, x in per.items()},
             "measured_increments": [i + 1 for i in steady_at],
             "per_increment": rows, "increment_stats": stats, "skipped": skipped,
-            "answers_match_duckdb": matches, "final_urls": want.num_rows,
+            "answers_match_duckdb": matched,
+            "final_urls": want[0].num_rows if want else None,
             "load_average_by_step": loads}
 
 
@@ -555,7 +567,6 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = copy.deepcopy(QUICK if args.quick else FULL)
     confs = driver_off()
-    # Structured Streaming's in-memory state store holds two versions of ~18M counts
     os.environ.setdefault("STRATA_DRIVER_MEMORY", DRIVER_MEMORY)
     spark = get_spark(args.master, app_name="strata-bench-scale", event_log_dir=event_log_dir(),
                       **{"spark.sql.session.timeZone": "UTC",
