@@ -192,7 +192,8 @@ def section_urlcount(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int)
     log(f"urlcount: {len(files)} increments ({p['bulk_increments']} of them bulk); URLs "
         f"after each {[s['urls_so_far'] for s in stats]}")
     # millions of URLs: Structured Streaming on the RocksDB state store, as Spark's guide
-    # advises for millions of keys (its in-memory store took 9.9 GB of JVM at 9.7M)
+    # advises for millions of keys (with the in-memory store the local JVM grew to 9.9 GB
+    # during its step at 9.7M URLs)
     ctx = {"spark": spark, "metrics": metrics, "tmp": tmp, "records": p["records"],
            "partitions": p["partitions"], "rocksdb": True}
     if not quick:  # JVM, Python workers, imports, a first streaming query: not reported
