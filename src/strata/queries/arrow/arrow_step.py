@@ -195,6 +195,8 @@ def merged(plan: GroupPlan, h: Rows, state: Rows | None,
     if d is None or (state is not None and s is None):
         return None
     node, outputs = plan.node, [n for n, _ in plan.node.outputs]
+    if any(node.columns[o] not in ARROW_TYPES for o in outputs):
+        return None  # a type Arrow does not evaluate here (a timestamp): Spark's plan
     if s is not None:
         pairs = driver_rows.match([d.column("_g")], [s.column("_g")], "left outer")
         if pairs is None:

@@ -18,7 +18,7 @@ import threading
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructType, _parse_datatype_string
+from pyspark.sql.types import DataType, StructType
 
 
 class Rows:
@@ -86,7 +86,7 @@ class Rows:
 def spark_type(sql_type: str) -> DataType:
     """The Spark type of ``sql_type`` (DDL of a type or of a struct's fields), parsed once
     (Spark parses it in the JVM; a step asks for a table's schema every time)."""
-    return _parse_datatype_string(sql_type)
+    return DataType.fromDDL(sql_type)
 
 
 def _nonempty_batches(table: pa.Table) -> pa.Table:
