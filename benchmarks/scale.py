@@ -27,7 +27,8 @@ benchmark's code:
   ingested by reference, Original (Spark SQL per occurrence) against strata Full: bytes
   read + shuffled + written from Spark's metrics, and seconds; then the first
   ``cli_days`` days as ``strata ingest`` + ``strata run`` processes from the shell
-  against the same epochs in the warm process.
+  against the same epochs in the warm process: each starting Spark, and each connecting
+  to a Spark Connect server kept running (``scale_support.connect_server``).
 
 Spark's metrics come from the session's event log (``strata.observability.spark_metrics``
 over ``get_spark(event_log_dir=...)``), never the UI's REST API, whose answers time out at
@@ -73,6 +74,7 @@ import windows as win
 from common import emit, event_log_dir, run_record, save, target_figure
 from scale_support import (
     answers_of,
+    connect_server,
     duckdb_url_counts,
     peak_rss,
     rss_now,
@@ -106,6 +108,7 @@ ISSUE_SIZES = {  # issue 54, item 5: where the full sizes above are smaller, the
     "series": "14 daily segments of >= 2,000,000 rows; 7 days from the shell",
 }
 DRIVER_MEMORY = "12g"  # unless STRATA_DRIVER_MEMORY says otherwise
+CONNECT_MEMORY = "4g"  # the Spark Connect server's driver, for the series from the shell
 URL_METHODS = ["strata_direct", "strata_vectorized", "strata_query", "ss_builtin_count",
                "full_recompute"]
 URL_ROUTES_OF_STRATA = ("strata_direct", "strata_vectorized", "strata_query")
@@ -124,6 +127,7 @@ TARGETS = {
     "series_parquet_io_over_original": ("<=", 0.6),
     "series_parquet_seconds_over_original": ("<=", 0.6),
     "series_cli_run_over_warm_epoch": ("<=", 1.5),
+    "series_cli_run_over_warm_epoch_connect": ("<=", 1.5),  # the same over a kept server
 }
 
 _STARTED = time.perf_counter()
@@ -369,11 +373,18 @@ def section_series(spark, metrics, p: dict, tmp: Path, quick: bool, seed: int, *
             spark.stop()  # shell's runs would wait for executors while this one holds them
         shell = series_from_shell(files[:p["cli_days"]], tmp / "shell", dict(ser.SERIES),
                                   ser.DDL, master=master, partitions=parts, confs=confs, log=log)
+        log(f"series: {p['cli_days']} days from the shell over a Spark Connect server")
+        with connect_server(master, CONNECT_MEMORY, tmp / "connect-server") as url:
+            shell["over_connect"] = series_from_shell(
+                files[:p["cli_days"]], tmp / "shell-connect", dict(ser.SERIES), ser.DDL,
+                master=master, partitions=parts, confs=confs, log=log, remote=url)
         if on_cluster:  # series is the last section: this session only reads the answers
             from strata.physical.session import get_spark
 
             spark = get_spark(master, app_name="strata-bench-scale-answers")
         match["shell"] = ser.check_answers(files, answers_of(tmp / "shell", spark))
+        match["shell_over_connect"] = ser.check_answers(
+            files, answers_of(tmp / "shell-connect", spark))
         warm = round(statistics.median(d["run_seconds"] for d in full[:p["cli_days"]]), 3)
     return {"original": original, "full": full, "shell": shell, "answers_match_duckdb": match,
             "warm_median_run_seconds_same_days": warm,
@@ -448,9 +459,10 @@ def summarize_series(s: dict) -> dict:
     orig, full = s["original"], s["full"]
     io = _ratio(ser.total(full, "io"), ser.total(orig, "io"))
     secs = _ratio(ser.total(full[1:], "seconds"), ser.total(orig[1:], "seconds"))
-    shell = s["shell"]
-    cli = None if shell is None else _ratio(shell["median_run_seconds"],
-                                            s["warm_median_run_seconds_same_days"])
+    shell, warm = s["shell"], s["warm_median_run_seconds_same_days"]
+    cli = None if shell is None else _ratio(shell["median_run_seconds"], warm)
+    connect = (None if shell is None or "over_connect" not in shell else
+               _ratio(shell["over_connect"]["median_run_seconds"], warm))
     not_run = {"not_run": "no day from the shell (cli_days 0)"} if shell is None else {}
     return {"series_parquet_io_over_original": entry("series_parquet_io_over_original", io),
             "series_parquet_seconds_over_original": entry(
@@ -459,6 +471,11 @@ def summarize_series(s: dict) -> dict:
                 "series_cli_run_over_warm_epoch", cli,
                 measure="median wall seconds of `strata run` per day from the shell / "
                         "median seconds of the same days' epochs in the warm process",
+                **not_run),
+            "series_cli_run_over_warm_epoch_connect": entry(
+                "series_cli_run_over_warm_epoch_connect", connect,
+                measure="the same, each `strata run` connecting to a Spark Connect server "
+                        "kept running (started once, before the first day)",
                 **not_run)}
 
 
@@ -522,6 +539,9 @@ def plot(result: dict, path: str) -> None:
         days = s["shell"]["days"] if s["shell"] else []
         axes[1][1].plot([d["day"] for d in days], [d["run_seconds"] for d in days],
                         marker="s", label="`strata run` from the shell")
+        days = s["shell"]["over_connect"]["days"] if s["shell"] else []
+        axes[1][1].plot([d["day"] for d in days], [d["run_seconds"] for d in days],
+                        marker="^", label="`strata run` from the shell over Spark Connect")
     axes[1][1].set(title="series over Parquet segments by reference", xlabel="day")
     for ax in axes.flat:
         if ax.get_legend_handles_labels()[0]:

@@ -1,6 +1,7 @@
 """What ``benchmarks/scale.py`` measures with besides Spark's metrics: the driver's resident
 memory, independent answers computed by DuckDB over the raw data, and the series run as
-``strata ingest`` + ``strata run`` processes from the shell.
+``strata ingest`` + ``strata run`` processes from the shell (each starting Spark, or each
+connecting to a Spark Connect server kept running, :func:`connect_server`).
 
 Resident memory is read from ``/proc`` (Linux; elsewhere every figure is 0): the Python
 driver itself, the JVMs among its descendants (in a classic session the driver's JVM is
@@ -11,6 +12,7 @@ state store) and those JVMs' own descendants (PySpark's Python workers).
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pyspark
 
 ROOT = Path(__file__).resolve().parents[1]
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -194,15 +197,17 @@ def cli_seconds(args: list[str], confs: dict[str, str],
 
 def series_from_shell(files: list[str], work: Path, series: dict, ddl: str, *,
                       master: str, partitions: int, confs: dict[str, str],
-                      log) -> dict:
+                      log, remote: str | None = None) -> dict:
     """Each day ``strata ingest log --by-reference DAY.parquet`` then ``strata run``, each a
     fresh process (the cron pattern), after a first ``strata run`` with nothing to do
-    (it creates the home) and before a last one (nothing to do again). Wall seconds of
-    each process (:func:`answers_of` reads the home's answers)."""
+    (it creates the home) and before a last one (nothing to do again). ``strata run``
+    starts Spark on ``master``, or with ``remote`` connects to that Spark Connect server.
+    Wall seconds of each process (:func:`answers_of` reads the home's answers)."""
     work.mkdir(parents=True, exist_ok=True)
     pipeline, home = work / "pipeline.py", work / "home"
     pipeline.write_text(PIPELINE.format(series=series, ddl=ddl))
-    run = ["run", f"{pipeline}:dataflow", "--home", str(home), "--master", master,
+    spark = ["--remote", remote] if remote else ["--master", master]
+    run = ["run", f"{pipeline}:dataflow", "--home", str(home), *spark,
            "--partitions", str(partitions), "--json"]
     out: dict = {"run_nothing_to_do_first_seconds": cli_seconds(run, confs), "days": []}
     for n, f in enumerate(files, 1):
@@ -214,6 +219,51 @@ def series_from_shell(files: list[str], work: Path, series: dict, ddl: str, *,
     out["median_run_seconds"] = round(statistics.median(
         d["run_seconds"] for d in out["days"]), 3)
     return out
+
+
+# what Spark's sbin/start-connect-server.sh runs (PySpark 4.0's wheel lacks that script):
+# spark-daemon.sh, in every PySpark, with the server's class (docs/cli.md, "Spark Connect")
+_SBIN = Path(pyspark.__file__).parent / "sbin"
+_SERVER = ("org.apache.spark.sql.connect.service.SparkConnectServer", "1")
+
+
+@contextmanager
+def connect_server(master: str, memory: str, work: Path,
+                   start_timeout_s: float = 120.0) -> Iterator[str]:
+    """A Spark Connect server on 127.0.0.1 running on ``master``, as a team keeps one for
+    its scheduled runs: its ``sc://`` URL once it accepts connections; always stopped."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    work.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_REMOTE", "SPARK_HOME", "SPARK_CONNECT_MODE_ENABLED", "MASTER")}
+    env |= {"SPARK_LOG_DIR": str(work), "SPARK_PID_DIR": str(work), "SPARK_CONNECT_MODE": "0",
+            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"),
+                                                      os.environ.get("PYTHONPATH")) if p)}
+    daemon = str(_SBIN / "spark-daemon.sh")
+    subprocess.run([daemon, "submit", *_SERVER, "--name", "strata-bench-connect",
+                    "--master", master, "--driver-memory", memory,
+                    "--conf", f"spark.connect.grpc.binding.port={port}",
+                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1"],
+                   env=env, check=True, capture_output=True, timeout=60)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                logs = "".join(p.read_text(errors="replace") for p in work.glob("*.out"))
+                raise RuntimeError(f"the Spark Connect server did not accept connections "
+                                   f"within {start_timeout_s:g} s: {logs[-2000:]}")
+            time.sleep(0.25)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run([daemon, "stop", *_SERVER], env=env, capture_output=True, timeout=60,
+                       check=False)
 
 
 def answers_of(work: Path, spark) -> dict:

@@ -456,7 +456,7 @@ def check_case(spark, case, num_partitions: int, files_per_input: int = 1) -> No
                         files_per_input=files_per_input))
 
 
-@settings(max_examples=examples(4), **PROPERTY_SETTINGS)
+@settings(max_examples=examples(3), **PROPERTY_SETTINGS)
 @given(case=single_stage_cases(), num_partitions=st.integers(1, 4),
        files_per_input=st.integers(1, 2))
 def test_single_stage_modes_agree(spark, case, num_partitions, files_per_input):
@@ -480,7 +480,7 @@ def test_multicast_stage_modes_agree(spark, case, num_partitions):
     check_case(spark, case, num_partitions)
 
 
-@settings(max_examples=examples(3), **PROPERTY_SETTINGS)
+@settings(max_examples=examples(2), **PROPERTY_SETTINGS)
 @given(case=chain_cases(), num_partitions=st.integers(1, 4))
 def test_multi_stage_modes_agree(spark, case, num_partitions):
     """Chains of 2-3 stages, the later ones possibly with a loopback flow."""

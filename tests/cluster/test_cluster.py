@@ -50,6 +50,7 @@ def _demo_outputs(home: Path) -> tuple[list, dict[int, list]]:
     return state, flows
 
 
+@pytest.mark.slow  # the same URL count on the cluster: test_urlcount_on_the_cluster_equals_local
 def test_demo_on_the_cluster_equals_local(cluster, spark, tmp_path):
     from strata import demo
 

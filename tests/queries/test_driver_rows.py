@@ -36,7 +36,7 @@ def rows_of(rows) -> list:
     return sorted((r.asDict(recursive=True) for r in df.collect()), key=repr)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(old=rows, new=rows, count=st.sampled_from([None, "_cnt"]))
 def test_upserting_held_rows_matches_the_spark_plan(spark, old, new, count):
     old_held, old_plain = frames(spark, old)
@@ -56,7 +56,7 @@ def test_upserting_held_rows_matches_the_spark_plan(spark, old, new, count):
     assert driver_rows.replace_by_key(plain_old, plain_new, "_g") is None  # not held
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(a=rows, b=rows)
 def test_projections_unions_and_struct_fields_of_held_rows(spark, a, b):
     (ha, pa_), (hb, pb) = frames(spark, a), frames(spark, b)

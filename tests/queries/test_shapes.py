@@ -160,12 +160,12 @@ _SETTINGS = {"deadline": None, "derandomize": True, "phases": [Phase.generate],
                                        HealthCheck.too_slow]}
 
 
-@settings(max_examples=3, **_SETTINGS)
+@settings(max_examples=2, **_SETTINGS)
 @given(history=histories(n_increments=2))
 def test_shapes_agree_with_duckdb(spark, tmp_path_factory, history):
     """Every shape against DuckDB over two increments (the second deletes and updates rows
-    of the first); the epochs run as Spark tasks, in the driver and in the driver with
-    Spark's plans in turn, example by example."""
+    of the first); the epochs run as Spark tasks and in the driver in turn, example by
+    example (the driver with Spark's plans: test_driver_epochs.py, and the slow tier)."""
     with epochs_in(spark, next(_WHERE)):
         check_history(spark, tmp_path_factory.mktemp("shapes"), history)
 
