@@ -47,6 +47,16 @@ def spark():
     shutil.rmtree(events, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _the_test_session_first(request):
+    """A ``spark`` test that starts Spark in this process without the fixture (a
+    ``CliRunner`` running ``strata run``) gets the test session all the same: else, run
+    first, it would create a session without the event log, which the fixture's
+    ``get_spark`` then returns as the active one (and Spark's metrics read nothing)."""
+    if request.node.get_closest_marker("spark") and "spark" not in request.fixturenames:
+        request.getfixturevalue("spark")
+
+
 # fixtures that hold or start a Spark session (the closure adds those built on them)
 SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server"})
 SPARK_MARKERS = ("cluster", "connect")

@@ -472,7 +472,7 @@ def test_stateful_stage_modes_agree(spark, case, num_partitions):
     check_case(spark, case, num_partitions)
 
 
-@settings(max_examples=examples(3), **PROPERTY_SETTINGS)
+@settings(max_examples=examples(2), **PROPERTY_SETTINGS)
 @given(case=single_stage_cases(n_batches=(3, 3), loop=False, multicast=True),
        num_partitions=st.integers(1, 4))
 def test_multicast_stage_modes_agree(spark, case, num_partitions):

@@ -110,6 +110,7 @@ def test_ranks_match_networkx_after_every_round(spark, tmp_path):
     assert all(m["touched"] < 1.0 for m in measured[1:])  # later rounds: part of it
 
 
+@pytest.mark.slow  # blackbox mode against the reference: test_properties' modes-agree tests
 def test_blackbox_mode_matches_networkx(spark, tmp_path):
     increments = generate_increments(initial_nodes=50, increments=1, size=10, seed=6)
     with Controller(tmp_path / "home", load_dataflow(str(PIPELINE)), spark=spark,
