@@ -461,8 +461,8 @@ def summarize_series(s: dict) -> dict:
     secs = _ratio(ser.total(full[1:], "seconds"), ser.total(orig[1:], "seconds"))
     shell, warm = s["shell"], s["warm_median_run_seconds_same_days"]
     cli = None if shell is None else _ratio(shell["median_run_seconds"], warm)
-    connect = (None if shell is None or "over_connect" not in shell else
-               _ratio(shell["over_connect"]["median_run_seconds"], warm))
+    connect = None if shell is None else _ratio(shell["over_connect"]["median_run_seconds"],
+                                                warm)
     not_run = {"not_run": "no day from the shell (cli_days 0)"} if shell is None else {}
     return {"series_parquet_io_over_original": entry("series_parquet_io_over_original", io),
             "series_parquet_seconds_over_original": entry(
