@@ -110,7 +110,8 @@ def test_driver_epochs_give_the_spark_plans_changes(spark, tmp_path, monkeypatch
 def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
     """After the first epoch (whose tables Spark writes) each epoch of the benchmark's
     join-group-by runs in the driver without one Spark job, compacting its join inputs
-    in Arrow when they have many files; the answer equals Spark SQL's over all rows."""
+    in Arrow when they have many files (R's, a lookup table: S's keeps only unmatched
+    rows, none here); the answer equals Spark SQL's over all rows."""
     df = Dataflow("jg")
     df.source("R", "k bigint, x bigint")
     df.source("S", "k bigint, v bigint")
@@ -134,7 +135,11 @@ def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
             with counting_jobs(spark) as count:
                 c.run()
             jobs += count
-            files.append(len(c.runner.committed("q").state["tables"]["join0_right"]["files"]))
+            tables = c.runner.committed("q").state["tables"]
+            files.append(len(tables["join0_left"]["files"]))
+            # R is the join's lookup table (insert-only, keyed): S's table keeps only rows
+            # without a match, and every S row has its R row
+            assert not [r for r in c.state_records("q") if r["_table"] == "join0_right"]
         answer = normalized(tuple(r.values()) for r in c.answer("q").to_pylist())
     assert jobs[1:] == [0] * (epochs - 1), jobs
     spark.createDataFrame(r_all, "k bigint, x bigint").createOrReplaceTempView("R")
@@ -142,7 +147,7 @@ def test_a_join_group_by_epoch_runs_no_spark_job(spark, tmp_path):
     assert answer == normalized(tuple(r) for r in spark.sql(sql).collect())
     assert duckdb_answer(sql, {"R": r_all, "S": s_all},
                          {"R": ["k", "x"], "S": ["k", "v"]}) == answer
-    # S's join input grew a file per epoch until it was compacted into one
+    # R's join input (the lookup table) grew a file per epoch until it was compacted
     k = COMPACT_FILES_PER_BUCKET
     assert files[:k + 2] == [*range(1, k + 1), 1, 2], files
 

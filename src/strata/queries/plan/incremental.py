@@ -78,6 +78,24 @@ def answer_scope(plan: GroupPlan) -> dict[str, str]:
 class JoinPlan:
     node: Join
     name: str  # its state tables are {name}_left and {name}_right
+    # "left" or "right": the side that is a lookup table (insert-only and unique per join
+    # key, as a dimension is): kept whole, while the other side's table keeps only its
+    # rows that match no lookup row yet (docs/architecture.md, "Joins with a lookup table")
+    lookup: str | None = None
+
+
+def lookup_side(node: Join, iterate: str | None) -> str | None:
+    """The side of inner join ``node`` that can serve as its lookup table, if one can: a
+    row of the other side that found its match never meets another (the key is unique
+    and the side never deletes), so only unmatched rows need keeping. Not in the step of
+    an iteration, whose steps hold their inputs back."""
+    if node.how != "inner" or iterate is not None:
+        return None
+    if node.right_unique and not node.right.retracts:
+        return "right"
+    if node.left_unique and not node.left.retracts:
+        return "left"
+    return None
 
 
 @dataclass
@@ -165,8 +183,15 @@ class IncrementalQuery:
                          "rows after − over its rows before")
         elif isinstance(node, Join):
             join = self.joins[id(node)]
-            lines.append(f"{pad}  state {join.name}_left, {join.name}_right: each side's rows "
-                         f"(append-only), lineage _j0… = join key, never re-shuffled")
+            if join.lookup is not None:
+                other = "left" if join.lookup == "right" else "right"
+                lines.append(f"{pad}  state {join.name}_{join.lookup}: the {join.lookup} "
+                             "rows, a lookup table (insert-only, unique per join key); "
+                             f"{join.name}_{other}: only the {other} rows that match none "
+                             "of them yet; lineage _j0… = join key, never re-shuffled")
+            else:
+                lines.append(f"{pad}  state {join.name}_left, {join.name}_right: each side's "
+                             "rows (append-only), lineage _j0… = join key, never re-shuffled")
             lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
                          "L._mult · R._mult")
             if node.how == "left":
@@ -214,7 +239,8 @@ def derive(query: Query, iterate: str | None = None,
                     "is not supported in the step of an iteration",
                     "join inside the step (inner join), or left-join the iterate's answer "
                     "in a query downstream of it")
-            out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}")
+            out.joins[id(node)] = JoinPlan(node, f"join{next(counter)}",
+                                           lookup_side(node, iterate))
         elif isinstance(node, Nearest):
             if iterate is None or not isinstance(node.right, Scan) or \
                     node.right.flow != iterate or iterate in scanned(node.left):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from strata.model.errors import StrataError
+from strata.model.errors import EpochError, StrataError
 from strata.model.schema import parse_ddl
 from strata.physical.program import EpochContext, EpochOutcome, StageProgram
 from strata.physical.session import set_confs
@@ -28,6 +28,7 @@ from strata.queries.spark import dispatch
 from strata.queries.spark.bucketed import VERSION, latest_records
 from strata.queries.spark.evaluator import EvalMode, Evaluator
 from strata.queries.spark.frames import run_all, struct_type, write_parquet
+from strata.queries.spark.lookup_join import KeyNotUnique
 from strata.queries.spark.tables import QueryTables
 from strata.storage import fs
 from strata.storage.home import StageLayout
@@ -111,6 +112,9 @@ class QueryProgram(StageProgram):
                 write_out = functools.partial(self._write_output, changes, out_dir,
                                               ctx.input_records, n)
                 run_all(spark, [*tables.writes(), *([] if done else [write_out])])
+            except KeyNotUnique as e:
+                raise EpochError(str(e), stage=ctx.stage.name, epoch=ctx.epoch, flow=e.flow,
+                                 key=e.key, has_key=True) from e
             finally:
                 run.release()
         finally:

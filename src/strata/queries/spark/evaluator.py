@@ -39,7 +39,13 @@ from strata.queries.plan.incremental import (
     answer_scope,
     scanned,
 )
-from strata.queries.spark import dispatch, explode, outer_join, window_functions
+from strata.queries.spark import (
+    dispatch,
+    explode,
+    lookup_join,
+    outer_join,
+    window_functions,
+)
 from strata.queries.spark.bucketed import latest_frame
 from strata.queries.spark.dispatch import EvalMode
 from strata.queries.spark.frames import cut, empty_frame, local_rows, struct_type
@@ -294,7 +300,8 @@ class Evaluator:
         for p in parts[1:]:
             out = out.unionByName(p)
         out = self.materialize(out)
-        for side, delta in (("left", dl), ("right", dr)):
+        gained = lookup_join.gains(plan, dl, dr, left, right, lineage)
+        for side, delta in zip(("left", "right"), gained, strict=True):
             self._append(f"{plan.name}_{side}", Rows.of_frame(delta), lineage)
         return Rows.of_frame(out)
 
@@ -341,8 +348,13 @@ class Evaluator:
             out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None  # types Spark would reconcile: its plan does
-        for side, delta in (("left", kl), ("right", kr)):
-            self._append(f"{plan.name}_{side}", delta, lineage)
+        gained = lookup_join.gains_arrow(plan, a, b, sides["left"], sides["right"], lineage)
+        if gained is None:
+            return None
+        for side, delta, table in (("left", kl, gained[0]), ("right", kr, gained[1])):
+            kept = delta if table is delta.arrow() else Rows.of_arrow(
+                self.spark, table, delta.schema)
+            self._append(f"{plan.name}_{side}", kept, lineage)
         return Rows.of_arrow(self.spark, out, schema)
 
     def _append(self, name: str, delta: Rows, lineage: list[str]) -> None:

@@ -1,0 +1,116 @@
+"""Joins with a lookup table: when one side is insert-only with a declared key (a
+dimension), the other side's table keeps only its rows that have no match yet. Answers
+equal DuckDB's after every epoch (rows arriving before their match, deletes of matched
+and of waiting rows, the lookup side on either side of the JOIN), in the driver and as
+Spark tasks; the waiting table holds exactly the unmatched rows; a repeated key is
+refused with the flow and key named, and nothing of the epoch is committed."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from strata import Dataflow
+from strata.controller.controller import Controller
+from strata.model.errors import EpochError
+from strata.queries import add_query, derive, parse_sql
+from tests.helpers import epochs_in
+from tests.queries.oracle import duckdb_answer, normalized
+
+FLOWS = {"R": {"x": "bigint", "y": "bigint", "_mult": "bigint"},
+         "D": {"id": "bigint", "grp": "string"},
+         "E": {"id": "bigint", "grp": "string", "_mult": "bigint"}}
+KEYS = {"D": ["id"], "E": ["id"]}
+TABLES = {"R": ["x", "y"], "D": ["id", "grp"]}
+QUERIES = {
+    "by_grp": "SELECT D.grp, sum(R.y) AS s, count(*) AS c FROM R JOIN D ON R.x = D.id "
+              "GROUP BY D.grp",
+    "pairs": "SELECT D.id, D.grp, R.y FROM D JOIN R ON D.id = R.x WHERE R.y > 1",
+}
+
+
+def test_an_insert_only_keyed_side_is_the_lookup_table():
+    plans = {sql: derive(parse_sql(sql, FLOWS, KEYS)) for sql in (
+        QUERIES["by_grp"], QUERIES["pairs"],
+        "SELECT E.grp, R.y FROM R JOIN E ON R.x = E.id",  # E deletes: no lookup side
+        "SELECT D.grp, R.y FROM R LEFT JOIN D ON R.x = D.id")}  # outer: both kept
+    sides = [next(iter(p.joins.values())).lookup for p in plans.values()]
+    assert sides == ["right", "left", None, None]
+    assert "join0_right: the right rows, a lookup table" in plans[QUERIES["by_grp"]].explain()
+    assert "join0_left: only the left rows that match none" in \
+        plans[QUERIES["by_grp"]].explain()
+
+
+def history() -> list[dict[str, list[dict]]]:
+    """R rows arriving before their D row (waiting), D rows matching them later, deletes
+    of matched and of waiting R rows, and an R row and its D row in the same epoch."""
+    r0 = [{"x": i % 6, "y": i, "_mult": 1} for i in range(12)]
+    r1 = [{"x": 6, "y": 20, "_mult": 1}, {"x": 7, "y": 21, "_mult": 1},
+          {**r0[0], "_mult": -1}, {**r0[5], "_mult": -1}]  # x 0 matched, x 5 waiting
+    r2 = [{"x": 8, "y": 30, "_mult": 1}, {**r0[4], "_mult": -1}, {"x": 3, "y": 9, "_mult": 1}]
+    r3 = [{"x": 5, "y": 40, "_mult": 1}, {**r1[1], "_mult": -1}]
+    d = [[{"id": i, "grp": "ab"[i % 2]} for i in (0, 1, 2)],
+         [{"id": 3, "grp": "c"}, {"id": 6, "grp": "a"}],
+         [{"id": 4, "grp": "b"}, {"id": 8, "grp": "c"}],
+         [{"id": 5, "grp": "a"}, {"id": 7, "grp": "d"}]]
+    return [{"R": r, "D": dd} for r, dd in zip((r0, r1, r2, r3), d, strict=True)]
+
+
+def bag(records: list[dict], cols: list[str]) -> Counter:
+    out: Counter = Counter()
+    for r in records:
+        out[tuple(r[c] for c in cols)] += r.get("_mult", 1)
+    return +out
+
+
+@pytest.mark.parametrize("where", ["driver", "tasks"])
+def test_lookup_joins_equal_duckdb_and_keep_only_waiting_rows(spark, tmp_path, where):
+    df = Dataflow("lookup")
+    df.source("R", "x bigint, y bigint, _mult bigint")
+    df.source("D", "id bigint, grp string")
+    for name, sql in QUERIES.items():
+        add_query(df, name, sql, keys={"D": ["id"]}, vectorized=False)
+    seen: dict[str, list[dict]] = defaultdict(list)
+    with epochs_in(spark, where), Controller(str(tmp_path), df, spark=spark,
+                                             num_partitions=2) as c:
+        for e, inc in enumerate(history(), 1):
+            for flow, recs in inc.items():
+                c.ingest(flow, recs)
+                seen[flow] += recs
+            c.run()
+            for name, sql in QUERIES.items():
+                got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
+                assert got == duckdb_answer(sql, seen, TABLES), (where, name, e)
+            ids = {r["id"] for r in seen["D"]}
+            waiting = bag([r for r in seen["R"] if r["x"] not in ids], ["x", "y"])
+            for name, table in (("by_grp", "join0_left"), ("pairs", "join0_right")):
+                rows = [r for r in c.state_records(name) if r["_table"] == table]
+                kept = Counter()
+                for r in rows:
+                    kept[(r["R__x"], r["R__y"])] += r["_mult"]
+                assert +kept == waiting, (where, name, e)
+
+
+@pytest.mark.parametrize("where", ["driver", "tasks"])
+def test_a_repeated_lookup_key_is_refused_naming_flow_and_key(spark, tmp_path, where):
+    df = Dataflow("lookup_dup")
+    df.source("R", "x bigint, y bigint, _mult bigint")
+    df.source("D", "id bigint, grp string")
+    add_query(df, "by_grp", QUERIES["by_grp"], keys={"D": ["id"]}, vectorized=False)
+    first = history()[0]
+    with epochs_in(spark, where), Controller(str(tmp_path), df, spark=spark,
+                                             num_partitions=2) as c:
+        c.ingest("R", first["R"])
+        c.ingest("D", first["D"])
+        c.run()
+        before = normalized(tuple(r.values()) for r in c.answer("by_grp").to_pylist())
+        c.ingest("D", [{"id": 9, "grp": "z"}, {"id": 2, "grp": "z"}])
+        with pytest.raises(EpochError) as err:
+            c.run()
+        assert err.value.flow == "D" and err.value.key == {"id": 2}
+        assert err.value.stage == "by_grp" and err.value.epoch == 2
+        assert "declares (id) unique" in str(err.value)
+        after = normalized(tuple(r.values()) for r in c.answer("by_grp").to_pylist())
+        assert after == before
+        assert c.catalog.stage_row("by_grp").epochs == 1
