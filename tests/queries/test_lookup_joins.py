@@ -1,9 +1,10 @@
 """Joins with a lookup table: when one side is insert-only with a declared key (a
 dimension), the other side's table keeps only its rows that have no match yet. Answers
 equal DuckDB's after every epoch (rows arriving before their match, deletes of matched
-and of waiting rows, the lookup side on either side of the JOIN), in the driver and as
-Spark tasks; the waiting table holds exactly the unmatched rows; a repeated key is
-refused with the flow and key named, and nothing of the epoch is committed."""
+and of waiting rows, the lookup side on either side of the JOIN, left and right joins
+with the padded rows), in the driver and as Spark tasks; the waiting table holds
+exactly the unmatched rows; a repeated key is refused with the flow and key named,
+and nothing of the epoch is committed."""
 
 from __future__ import annotations
 
@@ -27,16 +28,24 @@ QUERIES = {
     "by_grp": "SELECT D.grp, sum(R.y) AS s, count(*) AS c FROM R JOIN D ON R.x = D.id "
               "GROUP BY D.grp",
     "pairs": "SELECT D.id, D.grp, R.y FROM D JOIN R ON D.id = R.x WHERE R.y > 1",
+    "padded": "SELECT R.x, R.y, D.grp FROM R LEFT JOIN D ON R.x = D.id",
+    "right_join": "SELECT D.grp, count(*) AS c, sum(R.y) AS s FROM D RIGHT JOIN R "
+                  "ON R.x = D.id GROUP BY D.grp",
 }
+# each query's table of R rows (the lookup table D's other side)
+WAITING = {"by_grp": "join0_left", "pairs": "join0_right", "padded": "join0_left",
+           "right_join": "join0_left"}
 
 
 def test_an_insert_only_keyed_side_is_the_lookup_table():
     plans = {sql: derive(parse_sql(sql, FLOWS, KEYS)) for sql in (
         QUERIES["by_grp"], QUERIES["pairs"],
         "SELECT E.grp, R.y FROM R JOIN E ON R.x = E.id",  # E deletes: no lookup side
-        "SELECT D.grp, R.y FROM R LEFT JOIN D ON R.x = D.id")}  # outer: both kept
+        QUERIES["padded"],
+        "SELECT D.grp, R.y FROM D LEFT JOIN R ON R.x = D.id")}  # D's padding needs R's rows
     sides = [next(iter(p.joins.values())).lookup for p in plans.values()]
-    assert sides == ["right", "left", None, None]
+    assert sides == ["right", "left", None, "right", None]
+    assert "the changes of the waiting rows" in plans[QUERIES["padded"]].explain()
     assert "join0_right: the right rows, a lookup table" in plans[QUERIES["by_grp"]].explain()
     assert "join0_left: only the left rows that match none" in \
         plans[QUERIES["by_grp"]].explain()
@@ -44,11 +53,13 @@ def test_an_insert_only_keyed_side_is_the_lookup_table():
 
 def history() -> list[dict[str, list[dict]]]:
     """R rows arriving before their D row (waiting), D rows matching them later, deletes
-    of matched and of waiting R rows, and an R row and its D row in the same epoch."""
+    of matched and of waiting R rows, an R row and its D row in the same epoch, and an R
+    row with a NULL key."""
     r0 = [{"x": i % 6, "y": i, "_mult": 1} for i in range(12)]
     r1 = [{"x": 6, "y": 20, "_mult": 1}, {"x": 7, "y": 21, "_mult": 1},
           {**r0[0], "_mult": -1}, {**r0[5], "_mult": -1}]  # x 0 matched, x 5 waiting
-    r2 = [{"x": 8, "y": 30, "_mult": 1}, {**r0[4], "_mult": -1}, {"x": 3, "y": 9, "_mult": 1}]
+    r2 = [{"x": 8, "y": 30, "_mult": 1}, {**r0[4], "_mult": -1}, {"x": 3, "y": 9, "_mult": 1},
+          {"x": None, "y": 50, "_mult": 1}]  # matches nothing, ever
     r3 = [{"x": 5, "y": 40, "_mult": 1}, {**r1[1], "_mult": -1}]
     d = [[{"id": i, "grp": "ab"[i % 2]} for i in (0, 1, 2)],
          [{"id": 3, "grp": "c"}, {"id": 6, "grp": "a"}],
@@ -83,8 +94,9 @@ def test_lookup_joins_equal_duckdb_and_keep_only_waiting_rows(spark, tmp_path, w
                 got = normalized(tuple(r.values()) for r in c.answer(name).to_pylist())
                 assert got == duckdb_answer(sql, seen, TABLES), (where, name, e)
             ids = {r["id"] for r in seen["D"]}
-            waiting = bag([r for r in seen["R"] if r["x"] not in ids], ["x", "y"])
-            for name, table in (("by_grp", "join0_left"), ("pairs", "join0_right")):
+            waiting = bag([r for r in seen["R"] if r["x"] not in ids and r["x"] is not None],
+                          ["x", "y"])
+            for name, table in WAITING.items():
                 rows = [r for r in c.state_records(name) if r["_table"] == table]
                 kept = Counter()
                 for r in rows:

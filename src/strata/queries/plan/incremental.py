@@ -85,15 +85,16 @@ class JoinPlan:
 
 
 def lookup_side(node: Join, iterate: str | None) -> str | None:
-    """The side of inner join ``node`` that can serve as its lookup table, if one can: a
-    row of the other side that found its match never meets another (the key is unique
-    and the side never deletes), so only unmatched rows need keeping. Not in the step of
-    an iteration, whose steps hold their inputs back."""
-    if node.how != "inner" or iterate is not None:
+    """The side of join ``node`` that can serve as its lookup table, if one can: a row
+    of the other side that found its match never meets another (the key is unique and
+    the side never deletes), so only unmatched rows need keeping. Of a left join only
+    the right side (the left rows' padding is then theirs: unmatched or not). Not in
+    the step of an iteration, whose steps hold their inputs back."""
+    if iterate is not None:
         return None
     if node.right_unique and not node.right.retracts:
         return "right"
-    if node.left_unique and not node.left.retracts:
+    if node.how == "inner" and node.left_unique and not node.left.retracts:
         return "left"
     return None
 
@@ -194,7 +195,10 @@ class IncrementalQuery:
                              "rows (append-only), lineage _j0… = join key, never re-shuffled")
             lines.append(f"{pad}  Δout = ΔL ⋈ R ∪ L ⋈ ΔR ∪ ΔL ⋈ ΔR, _mult = "
                          "L._mult · R._mult")
-            if node.how == "left":
+            if node.how == "left" and join.lookup is not None:
+                lines.append(f"{pad}  and the NULL-padded left rows: the changes of the "
+                             "waiting rows (and of rows with a NULL key), padded")
+            elif node.how == "left":
                 lines.append(f"{pad}  and the NULL-padded left rows: for each join key the "
                              "epoch touches, L's rows × ([no R row now] − [no R row before])"
                              ", ΔL's rows × [no R row now]")

@@ -292,15 +292,16 @@ class Evaluator:
             parts += [pair(dl, r.frame()) for r in self._held.get(f"{plan.name}_right", [])]
         if not quiet_r:
             parts += [pair(lh.frame(), dr) for lh in self._held.get(f"{plan.name}_left", [])]
+        gained = lookup_join.gains(plan, dl, dr, left, right, lineage)
         if outer:
             assert unkeyed is not None
-            parts.append(outer_join.padded(plan.node, dl, dr, unkeyed, left, right,
-                                           lineage))
+            parts.append(outer_join.padded(plan.node, dl, dr, unkeyed, left, right, lineage)
+                         if plan.lookup is None
+                         else lookup_join.padded(plan.node, gained[0], unkeyed))
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
         out = self.materialize(out)
-        gained = lookup_join.gains(plan, dl, dr, left, right, lineage)
         for side, delta in zip(("left", "right"), gained, strict=True):
             self._append(f"{plan.name}_{side}", Rows.of_frame(delta), lineage)
         return Rows.of_frame(out)
@@ -333,24 +334,26 @@ class Evaluator:
             fields.update({c: StructField(c, fields[c].dataType, True) for c in rcols})
         schema = StructType([fields[c] for c in [*lcols, *rcols, MULT]])
         arrow_schema = driver_rows.arrow_schema(schema)
+        gained = lookup_join.gains_arrow(plan, a, b, sides["left"], sides["right"], lineage)
+        if gained is None:
+            return None
         if node.how == "left":
             rows = dl.arrow()
             assert rows is not None  # held, as with_lineage found
             no_key = pc.is_null(rows.column(node.left_keys[0]))
             for c in node.left_keys[1:]:
                 no_key = pc.or_(no_key, pc.is_null(rows.column(c)))
+            rtypes = {c: arrow_schema.field(c).type for c in rcols}
             pairs.append(outer_join.padded_arrow(
                 a, b, rows.filter(no_key), sides["left"], sides["right"], lineage, lcols,
-                {c: arrow_schema.field(c).type for c in rcols}))
+                rtypes) if plan.lookup is None else lookup_join.padded_arrow(
+                    gained[0], rows.filter(no_key), lcols, rtypes))
         if any(p is None for p in pairs):
             return None
         try:
             out = pa.concat_tables([p.cast(arrow_schema) for p in pairs if p is not None])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None  # types Spark would reconcile: its plan does
-        gained = lookup_join.gains_arrow(plan, a, b, sides["left"], sides["right"], lineage)
-        if gained is None:
-            return None
         for side, delta, table in (("left", kl, gained[0]), ("right", kr, gained[1])):
             kept = delta if table is delta.arrow() else Rows.of_arrow(
                 self.spark, table, delta.schema)

@@ -13,7 +13,10 @@ their match:
 (the second term takes out the rows an arriving lookup row matched; deletes net with
 their inserts when the table is compacted). The changes are those of any inner join,
 ΔO ⋈ lookup ∪ other ⋈ Δlookup ∪ ΔO ⋈ Δlookup, with ``other`` the waiting rows: a row
-matched before cannot match Δlookup, as its key is taken. That holds only while the key
+matched before cannot match Δlookup, as its key is taken. In a left join with the lookup
+table on the right, the left rows with NULL padding are exactly the waiting ones (and
+those with a NULL key), so the padded rows' changes are the waiting table's gains,
+padded. That holds only while the key
 is unique, so each epoch checks the lookup side's new rows against the stored ones and
 refuses a second row of a key (docs/architecture.md, "Joins with a lookup table").
 """
@@ -29,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from strata.queries.arrow import driver_rows
-from strata.queries.plan.algebra import Map, Node, Scan
+from strata.queries.plan.algebra import Join, Map, Node, Scan
 from strata.queries.plan.errors import QueryError
 from strata.queries.plan.expressions import MULT
 from strata.queries.plan.incremental import JoinPlan
@@ -107,6 +110,16 @@ def gains(plan: JoinPlan, dl: DataFrame, dr: DataFrame, left: DataFrame | None,
     return _back(plan, kept, look)
 
 
+def padded(node: Join, waiting: DataFrame, unkeyed: DataFrame) -> DataFrame:
+    """The NULL-padded rows' changes of left join ``node`` whose right side is the
+    lookup table: the waiting rows' gains (:func:`gains`) and the new rows whose key
+    has a NULL, their right columns NULL."""
+    lcols = [F.col(f"`{c}`") for c in node.left.columns]
+    pads = [F.lit(None).cast(t).alias(c) for c, t in node.right.columns.items()]
+    return waiting.select(*lcols, MULT).unionByName(unkeyed.select(*lcols, MULT)).select(
+        *lcols, *pads, MULT)
+
+
 def check_unique(plan: JoinPlan, look: DataFrame, stored: DataFrame | None,
                  lineage: list[str]) -> None:
     """Raise :class:`KeyNotUnique` if the lookup side's new rows repeat a key among
@@ -159,6 +172,19 @@ def gains_arrow(plan: JoinPlan, a: pa.Table, b: pa.Table, left: Sequence[pa.Tabl
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return _back(plan, table, look)
+
+
+def padded_arrow(waiting: pa.Table, unkeyed: pa.Table, lcols: Sequence[str],
+                 rtypes: dict[str, pa.DataType]) -> pa.Table | None:
+    """:func:`padded` in Arrow (``rtypes``: the right columns' types)."""
+    try:
+        rows = pa.concat_tables([waiting.select([*lcols, MULT]),
+                                 unkeyed.select([*lcols, MULT])],
+                                promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    pads = {c: pa.nulls(rows.num_rows, t) for c, t in rtypes.items()}
+    return pa.table({**{c: rows.column(c) for c in lcols}, **pads, MULT: rows.column(MULT)})
 
 
 def _check_unique_arrow(plan: JoinPlan, look: pa.Table, stored: Sequence[pa.Table],
