@@ -458,6 +458,10 @@ class Evaluator:
         touched_only = self._deferred or (self.tables.has(plan.name) and
                                           not self.tables.versions_due(plan.name))
         if not self._deferred:
+            if touched_only and not h_rows.is_held:
+                # read twice (the touched groups, then the merge), and Spark may compute
+                # both branches at once, each reading the whole change: computed once
+                h = self.materialize(h)
             state = self._touched_state(plan.name, h) if touched_only else \
                 self.tables.read(plan.name)
         if state is None:  # no state yet: an empty table of the same shape
