@@ -44,6 +44,7 @@ from strata.queries.plan.errors import NotIncrementalError
 from strata.queries.plan.expressions import bind, to_sql
 from strata.queries.plan.monoids import COUNT_PART, Monoid, Part, monoid
 from strata.queries.plan.normalize import normalize
+from strata.queries.plan.prune import prune
 
 
 @dataclass
@@ -215,12 +216,12 @@ def scanned(node: Node) -> set[str]:
 
 def derive(query: Query, iterate: str | None = None,
            recompute: bool = False) -> IncrementalQuery:
-    """The incremental program of ``query`` (normalized first); ``iterate`` names the
-    iterate when ``query`` is the step of an iteration; ``recompute`` accepts
+    """The incremental program of ``query`` (normalized and pruned first); ``iterate``
+    names the iterate when ``query`` is the step of an iteration; ``recompute`` accepts
     many-to-many joins, for a query run by recomputation.
 
     Raises :class:`NotIncrementalError` naming the operator that blocks it."""
-    root = normalize(query.root)
+    root = prune(normalize(query.root))
     out = IncrementalQuery(Query(root, query.order_by, query.limit), root,
                            recompute=recompute)
     counter = iter(range(1_000_000))
