@@ -51,7 +51,8 @@ class QueryProgram(StageProgram):
     """The compiled form of a query stage: runs its epochs on Spark."""
 
     kind = "query"
-    # 2: a join with a lookup table stores only the other side's waiting rows
+    # 2: a join with a lookup table stores only the other side's waiting rows, and
+    # every join only the columns used above it (queries/plan/prune.py)
     format_version = 2
     eval_mode = EvalMode.EPOCH  # how its evaluator merges changes into state
     driver_epochs = True  # a small epoch may run in the driver (EvalMode.DRIVER)
