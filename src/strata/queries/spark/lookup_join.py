@@ -16,9 +16,9 @@ their inserts when the table is compacted). The changes are those of any inner j
 matched before cannot match Δlookup, as its key is taken. In a left join with the lookup
 table on the right, the left rows with NULL padding are exactly the waiting ones (and
 those with a NULL key), so the padded rows' changes are the waiting table's gains,
-padded. That holds only while the key
-is unique, so each epoch checks the lookup side's new rows against the stored ones and
-refuses a second row of a key (docs/architecture.md, "Joins with a lookup table").
+padded. All of it holds only while the key is unique, so each epoch checks the lookup
+side's new rows against the stored ones and refuses a second row of a key
+(docs/architecture.md, "Joins with a lookup table").
 """
 
 from __future__ import annotations
