@@ -8,6 +8,7 @@ and nothing of the epoch is committed."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 import pytest
@@ -125,4 +126,31 @@ def test_a_repeated_lookup_key_is_refused_naming_flow_and_key(spark, tmp_path, w
         assert "declares (id) unique" in str(err.value)
         after = normalized(tuple(r.values()) for r in c.answer("by_grp").to_pylist())
         assert after == before
+        assert c.catalog.stage_row("by_grp").epochs == 1
+
+
+def test_join_tables_another_state_format_wrote_are_refused(spark, tmp_path):
+    """A home whose join tables an earlier strata wrote (whole rows of both sides, no
+    format in the state) is refused with what to do, not read as this format's."""
+    df = Dataflow("lookup_format")
+    df.source("R", "x bigint, y bigint, _mult bigint")
+    df.source("D", "id bigint, grp string")
+    add_query(df, "by_grp", QUERIES["by_grp"], keys={"D": ["id"]}, vectorized=False)
+    first, second = history()[:2]
+    with Controller(str(tmp_path), df, spark=spark, num_partitions=2) as c:
+        for flow, recs in first.items():
+            c.ingest(flow, recs)
+        c.run()
+        [current] = tmp_path.rglob("by_grp/CURRENT")
+        manifest = current.parent / f"manifest-{int(current.read_text()):08d}.json"
+        snap = json.loads(manifest.read_text())
+        assert snap["state"].pop("format") == 2
+        manifest.write_text(json.dumps(snap))  # as format 1 left it
+        for flow, recs in second.items():
+            c.ingest(flow, recs)
+        with pytest.raises(EpochError) as err:
+            c.run()
+        assert err.value.stage == "by_grp" and err.value.epoch == 2
+        assert "join0_left, join0_right" in str(err.value)
+        assert "state format 1" in str(err.value) and "new home" in str(err.value)
         assert c.catalog.stage_row("by_grp").epochs == 1

@@ -3,6 +3,7 @@ every run, under appends, declared deletes, rewritten sources and changed defini
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def test_a_changed_definition_or_a_rewritten_source_rebuilds_from_the_sources(sp
                                            "count(DISTINCT user_id) AS users, count(*) AS n"))
     _, report = refreshed(spec, spark, wh)
     assert report.rebuilt == "the pipeline's definitions changed"
+    marker = project / "storage" / "strata-plan.json"  # as strata left it before formats
+    stored = json.loads(marker.read_text())
+    del stored["state_format"]
+    marker.write_text(json.dumps(stored))
+    _, report = refreshed(spec, spark, wh)
+    assert report.rebuilt == "another version of strata wrote its state"
     want = duckdb.sql(f"SELECT day, count(DISTINCT user_id) AS users, count(*) AS n FROM "
                       f"'{project}/data/orders/*.parquet' GROUP BY day").df()
     same(table(wh / "active_users"), want, "active_users")

@@ -26,12 +26,19 @@ from strata.queries.plan import (
     derive,
     normalize,
 )
-from strata.queries.programs import Iteration, add_query, compile_query, iterate, read_answer
+from strata.queries.programs import (
+    Iteration,
+    QueryProgram,
+    add_query,
+    compile_query,
+    iterate,
+    read_answer,
+)
 
 moved.install()  # the module paths before the split, which older homes name
 
 __all__ = [
     "GroupBy", "IncrementalQuery", "Iteration", "Join", "Map", "NotIncrementalError", "Query",
-    "QueryError", "Relation", "Scan", "UserAggregate", "add_query", "compile_query",
+    "QueryError", "QueryProgram", "Relation", "Scan", "UserAggregate", "add_query", "compile_query",
     "derive", "iterate", "normalize", "parse_sql", "read_answer", "table",
 ]

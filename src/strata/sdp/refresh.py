@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from strata.controller import Controller
 from strata.faults import crashpoint
+from strata.queries import QueryProgram
 from strata.sdp.plan import PipelinePlan, ViewPlan
 from strata.sdp.spec import PipelineError
 from strata.storage import fs
@@ -111,6 +112,8 @@ def refresh(plan: PipelinePlan, spark: Any, *, full_refresh: Sequence[str] = (),
     generation = int(stored.get("generation", 0))
     if full_refresh_all or full_refresh:
         report.rebuilt = "a full refresh was asked for"
+    elif stored and stored.get("state_format", 1) != QueryProgram.format_version:
+        report.rebuilt = "another version of strata wrote its state"
     elif stored and stored.get("plan") != _fingerprint(plan):
         report.rebuilt = "the pipeline's definitions changed"
     files = {f: parquet_files(s.path) for f, s in plan.sources.items()}
@@ -120,7 +123,8 @@ def refresh(plan: PipelinePlan, spark: Any, *, full_refresh: Sequence[str] = (),
         progress(f"rebuilding strata's state: {report.rebuilt}")
         _drop_home(plan)
         generation += 1
-    fs.write_json_atomic(marker, {"plan": _fingerprint(plan), "generation": generation})
+    fs.write_json_atomic(marker, {"plan": _fingerprint(plan), "generation": generation,
+                                  "state_format": QueryProgram.format_version})
     with Controller(home_of(plan), plan.dataflow, spark=spark) as c:
         for flow, listed in files.items():
             report.new_files[flow] = len(c.ingest_new(flow, listed))

@@ -10,6 +10,7 @@ The committed state is read back (``read_state``, ``read_answer``) from files al
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,7 @@ class QueryProgram(StageProgram):
         previous = set_confs(spark, {**EPOCH_CONF, "spark.sql.shuffle.partitions": str(n)})
         out_dir = ctx.output_dir(self.output)
         try:
+            self._check_format(ctx)
             tables = QueryTables(spark, ctx.layout, _tables_of(ctx.committed), n, ctx.token,
                                  version=ctx.epoch, records=ctx.input_records)
             run = Evaluator(self, spark, tables, ctx.inputs, mode=dispatch.epoch_mode(
@@ -124,7 +126,25 @@ class QueryProgram(StageProgram):
             set_confs(spark, previous)
         outputs = {self.output: written_increment(out_dir)}
         return EpochOutcome(outputs, {"tables": tables.commit_files(),
-                                      "answer": self.answer_spec()}, n)
+                                      "answer": self.answer_spec(),
+                                      "format": self.format_version}, n)
+
+    def _check_format(self, ctx: EpochContext) -> None:
+        """Refuse a committed state whose join tables another format wrote (before
+        format 2 they held every row and column of both sides): read as this format's,
+        they would give wrong answers."""
+        written = ctx.committed.state.get("format", 1)
+        joins = sorted(t for t in _tables_of(ctx.committed) if _JOIN_TABLE.fullmatch(t))
+        if joins and written != self.format_version:
+            raise EpochError(
+                f"its join tables ({', '.join(joins)}) were written by another version of "
+                f"strata (state format {written}; this one keeps format "
+                f"{self.format_version}, in which a join stores only the columns used "
+                f"above it and, with a lookup table, only the rows still waiting for a "
+                f"match). Rebuild the stage's state: run the dataflow in a new home, "
+                f"re-register a query with `strata query --replace`, or refresh a "
+                f"pipeline with `strata pipelines run --full-refresh-all`",
+                stage=ctx.stage.name, epoch=ctx.epoch)
 
     # -- the committed state, read from files -------------------------------------------
     @classmethod
@@ -261,6 +281,9 @@ def _table_records(entry: Mapping[str, Any]) -> list[dict]:
     if not entry.get("versions"):
         return [{k: v for k, v in r.items() if k != VERSION} for r in rows]
     return latest_records(rows, lambda r: _hashable(r["_g"]))
+
+
+_JOIN_TABLE = re.compile(r"join\d+_(left|right)")  # the tables of a join (evaluator._join)
 
 
 def _tables_of(snap: StateSnapshot) -> dict[str, dict]:
