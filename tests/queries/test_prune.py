@@ -78,6 +78,20 @@ def test_a_window_reads_its_input_whole_but_pruning_goes_on_below_it():
     assert got == {"orders": ["cust", "amount"], "customers": ["id", "country"]}
 
 
+@pytest.mark.parametrize(("select", "expected"), [
+    ("day, sum(amount) AS s", ["day", "amount"]),
+    ("count(*) AS n", ["oid"]),  # no column used: every input keeps the same first one
+])
+def test_every_input_of_a_union_is_narrowed_to_the_same_columns(select, expected):
+    flows = {**FLOWS, "returns": FLOWS["orders"]}
+    sql = (f"SELECT {select} FROM (SELECT * FROM orders UNION ALL SELECT * FROM returns) "
+           "GROUP BY day" if "day" in select else
+           f"SELECT {select} FROM (SELECT * FROM orders UNION ALL SELECT * FROM returns)")
+    root = derive(parse_sql(sql, flows, keys={"orders": ["oid"]})).root
+    union = root.child
+    assert all(list(c.columns) == expected for c in union.children), str(union)
+
+
 def test_the_answer_keeps_every_column_the_query_selects():
     sql = "SELECT * FROM orders o JOIN customers c ON o.cust = c.id"
     root = derive(parse_sql(sql, FLOWS, keys={"customers": ["id"]})).root

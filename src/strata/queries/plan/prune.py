@@ -6,8 +6,8 @@ A join keeps its inputs' rows in tables; without this pass they would hold every
 of both flows, and each epoch would read every column of the increment. Each node keeps
 its key columns as well, so that pruning never hides a key (a join's lookup side, a
 group's identity) from the passes after it. Operators whose use of their input's columns
-is not plain (windows, explodes, unions, nearest joins) keep their input whole; pruning
-goes on below them."""
+is not plain (windows, explodes, nearest joins) keep their input whole; pruning goes on
+below them."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def _prune(node: Node, needed: set[str]) -> Node:
             if a.arg is not None:
                 used |= column_names(a.arg)
         return replace(node, child=_prune(node.child, used), answer_types={})
+    if isinstance(node, Union):  # every input narrowed to the same columns
+        needed = (needed & set(node.columns)) or {next(iter(node.columns))}
+        return Union(tuple(_narrowed(_prune(c, needed), needed) for c in node.inputs))
     # any other operator reads its input whole; columns can still go below it
-    if isinstance(node, Union):
-        return Union(tuple(_whole(c) for c in node.inputs))
     if isinstance(node, Nearest):
         return Nearest(_whole(node.left), _whole(node.right), node.distance)
     assert isinstance(node, (Explode, Windowed)), type(node)
