@@ -10,7 +10,6 @@ The committed state is read back (``read_state``, ``read_answer``) from files al
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,7 +133,8 @@ class QueryProgram(StageProgram):
         format 2 they held every row and column of both sides): read as this format's,
         they would give wrong answers."""
         written = ctx.committed.state.get("format", 1)
-        joins = sorted(t for t in _tables_of(ctx.committed) if _JOIN_TABLE.fullmatch(t))
+        mine = {f"{j.name}_{side}" for j in self.inc.joins.values() for side in ("left", "right")}
+        joins = sorted(mine & set(_tables_of(ctx.committed)))
         if joins and written != self.format_version:
             raise EpochError(
                 f"its join tables ({', '.join(joins)}) were written by another version of "
@@ -281,9 +281,6 @@ def _table_records(entry: Mapping[str, Any]) -> list[dict]:
     if not entry.get("versions"):
         return [{k: v for k, v in r.items() if k != VERSION} for r in rows]
     return latest_records(rows, lambda r: _hashable(r["_g"]))
-
-
-_JOIN_TABLE = re.compile(r"join\d+_(left|right)")  # the tables of a join (evaluator._join)
 
 
 def _tables_of(snap: StateSnapshot) -> dict[str, dict]:
