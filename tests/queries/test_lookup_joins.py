@@ -17,6 +17,8 @@ from strata import Dataflow
 from strata.controller.controller import Controller
 from strata.model.errors import EpochError
 from strata.queries import add_query, derive, parse_sql
+from strata.queries.spark import lookup_join
+from strata.queries.spark.frames import local_rows
 from tests.helpers import epochs_in
 from tests.queries.oracle import duckdb_answer, normalized
 
@@ -154,3 +156,51 @@ def test_join_tables_another_state_format_wrote_are_refused(spark, tmp_path):
         assert "join0_left, join0_right" in str(err.value)
         assert "state format 1" in str(err.value) and "new home" in str(err.value)
         assert c.catalog.stage_row("by_grp").epochs == 1
+
+
+def test_new_rows_that_all_find_their_match_write_no_join_table(spark, tmp_path):
+    """On Spark's path, an epoch whose new rows all match a stored lookup row (and whose
+    lookup side is quiet) leaves both join tables' files as they were: nothing waits, so
+    nothing is written. A row without its match is written to the waiting table."""
+    df = Dataflow("lookup_quiet")
+    df.source("R", "x bigint, y bigint, _mult bigint")
+    df.source("D", "id bigint, grp string")
+    add_query(df, "by_grp", QUERIES["by_grp"], keys={"D": ["id"]}, vectorized=False)
+    seen: dict[str, list[dict]] = defaultdict(list)
+
+    def epoch(c: Controller, inc: dict[str, list[dict]]) -> dict[str, list[str]]:
+        for flow, recs in inc.items():
+            c.ingest(flow, recs)
+            seen[flow] += recs
+        c.run()
+        got = normalized(tuple(r.values()) for r in c.answer("by_grp").to_pylist())
+        assert got == duckdb_answer(QUERIES["by_grp"], seen, TABLES)
+        [current] = tmp_path.rglob("by_grp/CURRENT")
+        manifest = current.parent / f"manifest-{int(current.read_text()):08d}.json"
+        tables = json.loads(manifest.read_text())["state"]["tables"]
+        return {t: tables[t]["files"] for t in ("join0_left", "join0_right")}
+
+    d = [{"id": i, "grp": "ab"[i % 2]} for i in range(3)]
+    with epochs_in(spark, "tasks"), Controller(str(tmp_path), df, spark=spark,
+                                               num_partitions=2) as c:
+        first = epoch(c, {"D": d, "R": [{"x": 9, "y": 1, "_mult": 1}]})
+        matched = epoch(c, {"R": [{"x": i % 3, "y": i, "_mult": 1} for i in range(8)]})
+        assert matched == first
+        unmatched = epoch(c, {"R": [{"x": 1, "y": 5, "_mult": 1},
+                                    {"x": 10, "y": 6, "_mult": 1}]})
+        assert unmatched["join0_right"] == first["join0_right"]
+        assert len(unmatched["join0_left"]) > len(first["join0_left"])
+        rows = [r for r in c.state_records("by_grp") if r["_table"] == "join0_left"]
+        assert bag(rows, ["R__x", "R__y"]) == Counter({(9, 1): 1, (10, 6): 1})
+
+
+def test_waiting_rows_are_known_to_be_none_when_every_key_is_known(spark):
+    """:func:`lookup_join.waiting` answers "nothing waits" as a frame Spark's optimizer
+    knows to be empty (so no job writes it, and the rows are not read again); with a key
+    missing it gives exactly the unmatched rows."""
+    other = spark.createDataFrame([(1, 10), (2, 20), (2, 21)], "_j0 bigint, y bigint")
+    known = spark.createDataFrame([(1,), (2,), (3,)], "_j0 bigint")
+    none = lookup_join.waiting(other, known, ["_j0"])
+    assert local_rows(none) == 0 and none.columns == other.columns
+    some = lookup_join.waiting(other, known.where("_j0 <> 2"), ["_j0"])
+    assert sorted(map(tuple, some.collect())) == [(2, 20), (2, 21)]

@@ -368,7 +368,10 @@ class Evaluator:
                 self._held.setdefault(name, []).append(delta)
                 self._lineage[name] = lineage
             return
-        old = self.tables.read(name) if self.tables.needs_compaction(name) else None
+        compact = self.tables.needs_compaction(name)
+        if not compact and name in self.tables.live and local_rows(delta) == 0:
+            return  # nothing to add to a table that exists: no job
+        old = self.tables.read(name) if compact else None
         if old is not None:
             # grouping the bucketed table by all its columns (the lineage among them)
             # needs no shuffle: each bucket is netted where it lies

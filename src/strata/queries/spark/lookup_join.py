@@ -36,7 +36,7 @@ from strata.queries.plan.algebra import Join, Map, Node, Scan
 from strata.queries.plan.errors import QueryError
 from strata.queries.plan.expressions import MULT
 from strata.queries.plan.incremental import JoinPlan
-from strata.queries.spark.frames import local_rows
+from strata.queries.spark.frames import ddl_of, empty_frame, local_rows
 
 
 class KeyNotUnique(QueryError):
@@ -103,11 +103,24 @@ def gains(plan: JoinPlan, dl: DataFrame, dr: DataFrame, left: DataFrame | None,
     kept = other
     if keys:
         known = keys[0] if len(keys) == 1 else keys[0].unionByName(keys[1])
-        kept = other.join(known, lineage, "left_anti")
+        kept = waiting(other, known, lineage)
     if stored_other is not None and not quiet:
         matched = stored_other.join(look.select(*lineage), lineage, "left_semi")
         kept = kept.unionByName(matched.withColumn(MULT, -F.col(MULT)))
     return _back(plan, kept, look)
+
+
+def waiting(other: DataFrame, known: DataFrame, lineage: list[str]) -> DataFrame:
+    """``other ▷ known``: the new rows that found no lookup row. Usually every one found
+    its match (a fact arrives after its dimension row), so one Spark job over ``other``'s
+    key columns alone asks whether any key is missing first: if none is, nothing waits
+    and ``other``'s other columns are not read a second time (the pairs read them once);
+    otherwise the anti-join reads them."""
+    missing = other.select(*lineage).join(known, lineage, "left_anti")
+    [(some,)] = missing.agg(F.count(F.lit(1))).collect()
+    if some:
+        return other.join(known, lineage, "left_anti")
+    return empty_frame(other.sparkSession, ddl_of(other.schema)).frame()
 
 
 def padded(node: Join, waiting: DataFrame, unkeyed: DataFrame) -> DataFrame:
