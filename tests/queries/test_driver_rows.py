@@ -10,9 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from strata.config import QUERY_DRIVER_ROWS
 from strata.queries.arrow import driver_rows
 from strata.queries.arrow.rows import Rows
+from strata.queries.spark import dispatch
 from strata.queries.spark.frames import cut, local_rows
+from tests.helpers import counting_jobs, session_confs
 
 SCHEMA = "`_g` struct<a: bigint, b: string>, `v` double, `_cnt` bigint"
 ARROW = pa.schema([("_g", pa.struct([("a", pa.int64()), ("b", pa.string())])),
@@ -191,3 +194,20 @@ def test_ordering_held_rows_matches_sparks_order_by(spark, data, by, ascending, 
 
     got = driver_rows.ordered(table, order_by, limit).to_pylist()
     assert keys(got) == keys([r.asDict() for r in df.collect()])
+
+
+def test_driver_rows_zero_never_tries_the_driver(spark):
+    """``spark.strata.query.driverRows`` 0 means always Spark: a cut checkpoints its rows
+    on the executors in one job (a try in the driver first would compute them twice),
+    and an epoch's tables append through Spark whatever its size."""
+    df = spark.range(50).selectExpr("id AS k", "id * 2 AS v").where("k % 3 = 0")
+    with session_confs(spark, {QUERY_DRIVER_ROWS.name: "0"}):
+        assert not dispatch.driver_may_hold(spark, 1)
+        with counting_jobs(spark) as jobs:
+            kept, rows = cut(df)
+        assert rows is None and not kept.is_held
+        assert jobs == [1]
+        assert sorted(r.k for r in kept.frame().collect()) == list(range(0, 50, 3))
+    with session_confs(spark, {QUERY_DRIVER_ROWS.name: "100"}):
+        assert dispatch.driver_may_hold(spark, 100)
+        assert not dispatch.driver_may_hold(spark, 101)

@@ -147,11 +147,13 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
                 if fp in views_by_fp for k in taken if str(k) in by_segment}
         reemit = _reemitted(program, n, taken)
         needed = _unstored(program, reemit, stored, redo, before)
-        new_fresh = segment_frames(spark, {**before, **replaced}, program.columns,
+        read = {**before, **replaced}
+        new_fresh = segment_frames(spark, read, program.columns,
                                    {**redo, **needed}, dict.fromkeys([*redo, *needed], 1),
                                    cached)
+        largest = max((i.records for i in read.values()), default=0)
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
-                             ctx.token)
+                             ctx.token, records=largest)
         for fp, k in sorted(redo):
             view, rows = new_fresh[(fp, k)]
             tables.stage(fp, rows.frame().withColumn(SEGMENT, F.lit(k)),

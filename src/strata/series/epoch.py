@@ -222,7 +222,7 @@ def compute_views(program: SeriesProgram, ctx: EpochContext, plan: SegmentPlan,
     # stored views are co-located: appended to a table per view, bucketed by the
     # group key, so that merging a window's views does not shuffle them again
     tables = QueryTables(spark, ctx.layout, view_tables(plan.stored), ctx.num_partitions,
-                         ctx.token)
+                         ctx.token, records=plan.segments[n].records)
     keep = sorted(k for k in fresh if program.keeps(last_reader(program, *k), n))
     for fp, j in keep:
         view, frame = fresh[(fp, j)]

@@ -179,7 +179,7 @@ class QueryProgram(StageProgram):
         (:meth:`QueryTables.write_small`), instead of a job per table and one for the
         changes; whether the changes were written. Changes the driver already holds are
         written by :meth:`_write_output`, with no job."""
-        if 2 * records > dispatch.driver_rows(tables.spark):
+        if not dispatch.driver_may_hold(tables.spark, 2 * records):
             return False
         held = changes.arrow() is not None
         extra = {} if held else {"out": changes.frame().selectExpr(*self._output_casts())}
@@ -201,7 +201,7 @@ class QueryProgram(StageProgram):
             return
         out = changes.frame().selectExpr(*self._output_casts())
         most = dispatch.driver_rows(out.sparkSession)
-        if records <= most:
+        if dispatch.driver_may_hold(out.sparkSession, records):
             table = out.coalesce(1).limit(most + 1).toArrow()
             if table.num_rows <= most and self._write_driver_output(table, out_dir):
                 return

@@ -73,6 +73,14 @@ def driver_rows(where: SparkSession | EpochContext) -> int:
     return _conf(where, config.QUERY_DRIVER_ROWS)
 
 
+def driver_may_hold(where: SparkSession | EpochContext, rows: int) -> bool:
+    """Whether what ``rows`` rows make (an epoch's input records, say) is worth trying to
+    bring to the driver: at most ``driverRows`` of them, which 0 turns off. A try that
+    finds too many rows has computed them all for nothing."""
+    most = driver_rows(where)
+    return most > 0 and rows <= most
+
+
 def driver_table_rows(where: SparkSession | EpochContext) -> int:
     """``spark.strata.query.driverTableRows``: the most rows of a committed state table
     the driver reads as Arrow."""

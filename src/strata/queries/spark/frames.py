@@ -65,9 +65,10 @@ def cut(source: DataFrame | Rows) -> tuple[Rows, int | None]:
         return Rows.of_arrow(df.sparkSession,
                                  driver_rows.arrow_schema(df.schema).empty_table(),
                                  df.schema), 0
-    table = limited.toArrow()
-    if table.num_rows <= most:
-        return Rows.of_arrow(df.sparkSession, table, df.schema), table.num_rows
+    if most > 0:  # driverRows 0: no try, which would compute the rows twice
+        table = limited.toArrow()
+        if table.num_rows <= most:
+            return Rows.of_arrow(df.sparkSession, table, df.schema), table.num_rows
     return Rows.of_frame(df.localCheckpoint(eager=True)), None
 
 

@@ -100,7 +100,7 @@ class QueryTables:
         self.spark, self.layout, self.n, self.token = spark, layout, n, token
         self.version = version  # stamps the rows of a versioned write (the epoch)
         # an epoch of more input records than driverRows appends through Spark directly
-        self.bulk = records > dispatch.driver_rows(spark)
+        self.bulk = not dispatch.driver_may_hold(spark, records)
         self.live = {k: dict(v) for k, v in live.items()}
         self.staged: list[_Staged] = []
         self.overlay: dict[str, Rows] = {}  # keyed rows upserted, not yet staged
