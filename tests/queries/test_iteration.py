@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from strata import Dataflow
-from strata.config import ARROW
+from strata.config import ARROW, QUERY_DRIVER_ROWS
 from strata.controller.controller import Controller
 from strata.queries import NotIncrementalError, QueryError, add_query, iterate, table
 from strata.queries.arrow import arrow_step
@@ -22,10 +22,13 @@ PAGERANK_STEP = (
     "GROUP BY e.dst")
 
 
-@pytest.fixture(params=["arrow", "spark"])
+@pytest.fixture(params=["arrow", "spark", "checkpoints"])
 def steps_in(request, spark, monkeypatch):
     """Run a test's steps with the Arrow path on (counting the operators it ran) and
-    off; the Arrow run must have taken the path."""
+    off, or off with ``driverRows`` 1, so that a step's moves are checkpointed on the
+    executors, not brought to the driver (the next step then does not try); the Arrow
+    run must have taken the path. Each test picks two (a cut costs a job or two on
+    Spark's path, so each variant adds seconds)."""
     taken: dict[str, int] = {}
     for name in ("mapped", "nearest", "lifted", "renamed", "merged", "keyed", "moves",
                  "with_lineage"):
@@ -38,8 +41,11 @@ def steps_in(request, spark, monkeypatch):
             return out
         monkeypatch.setattr(arrow_step, name, counted)
     spark.conf.set(ARROW.name, str(request.param == "arrow").lower())
-    yield SimpleNamespace(arrow=request.param == "arrow", taken=taken)
+    if request.param == "checkpoints":
+        spark.conf.set(QUERY_DRIVER_ROWS.name, "1")
+    yield SimpleNamespace(arrow=request.param == "arrow", where=request.param, taken=taken)
     spark.conf.unset(ARROW.name)
+    spark.conf.unset(QUERY_DRIVER_ROWS.name)
     if request.param == "arrow":
         assert taken, "no step operator ran in Arrow"
     else:
@@ -65,6 +71,7 @@ def numpy_kmeans(x: np.ndarray, y: np.ndarray, steps: int) -> np.ndarray:
     return c
 
 
+@pytest.mark.parametrize("steps_in", ["arrow", "spark"], indirect=True)
 def test_kmeans_centroids_match_recomputation_after_every_increment(spark, tmp_path,
                                                                      steps_in):
     df = Dataflow("km")
@@ -114,12 +121,13 @@ def pagerank_continued(batches: list[list[tuple[int, int]]], times: int,
     return out
 
 
+@pytest.mark.parametrize("steps_in", ["arrow", "checkpoints"], indirect=True)
 def test_pagerank_follows_its_definition_across_increments(spark, tmp_path, steps_in):
     """Each increment continues the loop from the last answer, touching only what the new
     links change and what those changes reach; the answers equal the plain-Python loop."""
     df = Dataflow("pr")
     df.source("edges", "src bigint, dst bigint")
-    times = 5
+    times = 2 if steps_in.where == "checkpoints" else 5  # a job or two per cut: fewer steps
     add_query(df, "pagerank", iterate(
         "ranks", "node bigint, rank double", "node",
         init="SELECT src AS node, 0.15 AS rank FROM edges", step=PAGERANK_STEP,

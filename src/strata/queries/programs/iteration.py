@@ -44,6 +44,7 @@ from strata.queries.plan.errors import NotIncrementalError, QueryError
 from strata.queries.plan.expressions import MULT, widest
 from strata.queries.plan.incremental import IncrementalQuery, derive
 from strata.queries.programs.program import QueryProgram, output_ddl
+from strata.queries.spark import dispatch
 from strata.queries.spark.evaluator import EvalMode, Evaluator
 from strata.queries.spark.frames import cut
 from strata.queries.spark.tables import QueryTables
@@ -179,6 +180,7 @@ class IterationProgram(QueryProgram):
             carried = Rows.of_frame(stored) if small is None else \
                 Rows.of_arrow(run.spark, small, tables.schema(PENDING))
             dx = driver_rows.union([dx, carried])
+        fits = True  # the last step's moves fitted in the driver: this one tries it too
         for i in range(it.times):
             began = time.perf_counter()
             run.step({it.name: dx}, only=None if i == 0 else it.name)
@@ -192,24 +194,27 @@ class IterationProgram(QueryProgram):
             if done is not None:
                 moved, retract = done
             elif old is None:
-                moved, retract = cut(new)[0], None
+                moved, retract = cut(new, fits)[0], None
             else:
                 n, o = new.frame().alias("n"), old.frame().alias("o")
                 pairs = n.join(o, F.col("n._g") == F.col("o._g"), "left")
                 pairs = pairs.where(F.col("o._g").isNull() | self._differs("n", "o"))
                 j = cut(pairs.select(F.struct("n.*").alias("n"), F.struct("o.*").alias("o"),
-                                     F.col("o._g").isNotNull().alias("had")))[0]
-                moved = cut(driver_rows.fields_of(j, "n"))[0]
+                                     F.col("o._g").isNotNull().alias("had")), fits)[0]
+                moved = cut(driver_rows.fields_of(j, "n"), fits)[0]
                 retract = driver_rows.fields_of(j, "o", where="had")
             tables.upsert(ITERATE, moved)
             parts = [self._signed(moved, 1)]
             if retract is not None:
                 parts.append(self._signed(retract, -1))
-            dx, rows = cut(driver_rows.union(parts))
+            dx, rows = cut(driver_rows.union(parts), fits)
+            if rows is None:  # checkpointed: counted where its rows lie
+                rows = dx.frame().count()
+            fits = dispatch.driver_may_hold(run.spark, rows)
             secs = time.perf_counter() - began
             log.debug("iterate %s: step %d moved %s rows in %.3f s", it.name, i + 1,
-                      "?" if rows is None else rows, secs, extra={"step_seconds": secs})
-            if rows == 0 or rows is None and dx.frame().isEmpty():
+                      rows, secs, extra={"step_seconds": secs})
+            if rows == 0:
                 log.debug("iterate %s: nothing moved after step %d", it.name, i + 1)
                 break
         # the step has not seen the last step's moves yet: the next epoch feeds them first

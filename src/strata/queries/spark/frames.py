@@ -41,14 +41,15 @@ def ddl_of(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
 
-def cut(source: DataFrame | Rows) -> tuple[Rows, int | None]:
+def cut(source: DataFrame | Rows, try_driver: bool = True) -> tuple[Rows, int | None]:
     """``source`` computed now, as a relation without lineage, and its rows if counted.
 
     Up to ``spark.strata.query.driverRows`` rows (docs/configuration.md; an iteration
     step's changes usually are) come to the driver as Arrow and go back as a local
     relation: one small job, and the plans built on it stay shallow and cheap to
     schedule however many steps run. More rows are checkpointed on the executors
-    instead."""
+    instead. ``try_driver`` False checkpoints them without trying (the caller expects
+    more: a try that finds too many rows computes them twice)."""
     held = Rows.of_frame(source)
     if held.is_held:
         return held, held.num_rows
@@ -65,7 +66,7 @@ def cut(source: DataFrame | Rows) -> tuple[Rows, int | None]:
         return Rows.of_arrow(df.sparkSession,
                                  driver_rows.arrow_schema(df.schema).empty_table(),
                                  df.schema), 0
-    if most > 0:  # driverRows 0: no try, which would compute the rows twice
+    if most > 0 and try_driver:
         table = limited.toArrow()
         if table.num_rows <= most:
             return Rows.of_arrow(df.sparkSession, table, df.schema), table.num_rows
