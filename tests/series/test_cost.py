@@ -16,13 +16,13 @@ from strata.queries.spark.frames import ddl_of
 from strata.series import Series, series_stage_name
 from strata.series.cost import (
     Estimate,
-    answer_through_spark,
     choose,
     epoch_estimates,
     learned,
     measured,
     scan_plan,
     scan_sharing,
+    through_spark,
     view_columns,
     view_fields,
 )
@@ -344,11 +344,16 @@ def test_the_scan_plan_follows_the_setting_and_else_the_least_estimated_io():
 
 def test_an_answer_goes_through_spark_when_expected_larger_than_the_driver_takes():
     # its last answers decide, once it has answered
-    assert answer_through_spark(120.0, 1.0, 100)
-    assert not answer_through_spark(80.0, 180.0, 100)
+    assert through_spark(120.0, 1.0, 100)
+    assert not through_spark(80.0, 180.0, 100)
     # before: the rows of its window's views bound an aggregate's groups
-    assert answer_through_spark(None, 110.0, 100)
-    assert not answer_through_spark(None, 100.0, 100)
+    assert through_spark(None, 110.0, 100)
+    assert not through_spark(None, 100.0, 100)
     # a view of unknown rows (window_rows gives None), or no views: the driver tries first
-    assert not answer_through_spark(None, None, 100)
-    assert not answer_through_spark(None, 0.0, 100)
+    assert not through_spark(None, None, 100)
+    assert not through_spark(None, 0.0, 100)
+    # a stored view by the same rule: its rows so far, else its segment's rows bound it;
+    # driverRows 0 sends everything through Spark
+    assert not through_spark(50_000.0, 400_000.0, 100_000)
+    assert through_spark(None, 400_000.0, 100_000)
+    assert through_spark(None, None, 0) and through_spark(10.0, 10.0, 0)

@@ -357,15 +357,18 @@ def updated(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, flo
     return out
 
 
-def answer_through_spark(answer_rows: float | None, window_rows: float | None,
-                         limit: int) -> bool:
-    """Whether an occurrence writes its answer through Spark at once, instead of first
-    collecting up to ``limit`` rows into the driver, which computes a larger answer twice
-    (collected, found too large, computed again to be written): yes when the series'
-    answers so far had more than ``limit`` rows (``answer_rows``, None before its first),
-    or, before its first, when the rows of the views its window merges (``window_rows``,
-    None if not known) add up to more: a bound on the groups of an aggregate. A smaller
-    answer written by Spark costs one job, as the driver's does."""
-    if answer_rows is not None:
-        return answer_rows > limit
-    return window_rows is not None and window_rows > limit
+def through_spark(rows_so_far: float | None, bound: float | None, limit: int) -> bool:
+    """Whether an occurrence's answer (or a segment's stored view) is written through
+    Spark at once, instead of first collecting up to ``limit`` rows into the driver,
+    which computes a larger result twice (collected, found too large, computed again to
+    be written): yes when the series' answers (the view's rows) so far had more than
+    ``limit`` rows (``rows_so_far``, None before the first), or, before the first, when
+    ``bound`` (None if not known) is more: the rows of the views an answer's window
+    merges, or of the segment a view summarizes, bound the groups of an aggregate. A
+    smaller result written by Spark costs one job, as the driver's does; ``limit`` 0
+    sends everything through Spark."""
+    if limit <= 0:
+        return True
+    if rows_so_far is not None:
+        return rows_so_far > limit
+    return bound is not None and bound > limit

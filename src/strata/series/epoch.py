@@ -33,7 +33,6 @@ from strata.physical.session import set_confs
 from strata.queries.arrow import Rows
 from strata.queries.spark import QueryTables, ddl_of, dispatch, run_all, write_bucketed
 from strata.series.cost import (
-    answer_through_spark,
     epoch_estimates,
     folded,
     learned,
@@ -41,6 +40,7 @@ from strata.series.cost import (
     occurrences_io,
     scan_plan,
     scan_sharing,
+    through_spark,
 )
 from strata.series.evaluate import (
     jumbo_eligible,
@@ -222,13 +222,19 @@ def compute_views(program: SeriesProgram, ctx: EpochContext, plan: SegmentPlan,
     # stored views are co-located: appended to a table per view, bucketed by the
     # group key, so that merging a window's views does not shuffle them again
     tables = QueryTables(spark, ctx.layout, view_tables(plan.stored), ctx.num_partitions,
-                         ctx.token, records=plan.segments[n].records)
+                         ctx.token)
     keep = sorted(k for k in fresh if program.keeps(last_reader(program, *k), n))
+    limit = dispatch.driver_rows(ctx)
     for fp, j in keep:
         view, frame = fresh[(fp, j)]
+        # a view that had more rows than the driver takes (or, before its first, whose
+        # segment has more) is written by Spark at once: a try would compute it twice
+        large = through_spark(plan.stats.get("rows", {}).get(fp),
+                                     plan.segments[j].records if j in plan.segments else None,
+                                     limit)
         tables.stage(fp, with_segment(frame, j, view_schema(spark, columns, view, True, known))
                      if (fp, j) in plan.held else frame.frame().withColumn(SEGMENT, F.lit(j)),
-                     ["_g"] if view.kind == "partial" else [], "append")
+                     ["_g"] if view.kind == "partial" else [], "append", try_driver=not large)
     noted = EpochNotes()
     writes = [timed(w, k, noted.seconds) for k, w in zip(keep, tables.writes(), strict=True)]
     pass_dir = fs.join(ctx.layout.program_dir(VIEWS), f"s{n:08d}-{ctx.token}-jumbo")
@@ -328,7 +334,7 @@ def answers(program: SeriesProgram, ctx: EpochContext, plan: SegmentPlan,
                                   SEGMENT) if plan.in_arrow else None
         rows = noted.rows_in[s.name] = window_rows(series_plan, n, views,
                                                   plan.stats.get("rows", {}))
-        large = answer_through_spark(plan.stats.get("answer_rows", {}).get(s.name), rows,
+        large = through_spark(plan.stats.get("answer_rows", {}).get(s.name), rows,
                                      dispatch.driver_rows(ctx))
         out.append(timed(functools.partial(
             answer_occurrence, program, ctx, s.name, n, read, noted.by_driver, large, arrow),

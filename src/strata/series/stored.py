@@ -202,7 +202,7 @@ def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame | pa.Tab
     the driver when it is small or already there (an Arrow table; noted in ``by_driver``:
     Spark does not count those bytes), else through Spark; ``through_spark`` skips the
     driver's try, for an answer expected to be large (:func:`~strata.series.cost.
-    answer_through_spark`). A Spark failure (bad data in a window) is an
+    through_spark`). A Spark failure (bad data in a window) is an
     :class:`EpochError` that says ``failure``."""
     out_dir = ctx.output_dir(flow)
     if isinstance(out, pa.Table):

@@ -74,6 +74,7 @@ class _Staged:
     df: Rows | None
     files: list[str] = field(default_factory=list)
     rows: int | None = None  # of a replacing write, once written
+    try_driver: bool | None = None  # an append's own choice (None: the epoch's size decides)
 
 
 def _write_rows(s: _Staged, table: pa.Table, bucket: pa.Array | pa.ChunkedArray | None,
@@ -205,16 +206,19 @@ class QueryTables:
         return latest_frame(df) if self.versioned(name) else df.drop(VERSION)
 
     def stage(self, name: str, df: DataFrame | Rows, lineage: Sequence[str],
-              mode: str) -> None:
+              mode: str, try_driver: bool | None = None) -> None:
         """Stage ``df`` for table ``name``: ``mode`` is ``append`` (added to the table's
         files) or ``replace`` (becomes the table). Nothing runs yet: :meth:`writes` gives
-        the epoch's staged writes, which run together with the epoch's output write."""
+        the epoch's staged writes, which run together with the epoch's output write.
+        ``try_driver`` says whether an append first tries to bring its rows to the driver
+        (None: if the epoch's input records are few enough)."""
         path = fs.join(self.layout.staging_dir(self.token), f"{name}-{len(self.staged)}")
         rows = Rows.of_frame(df)
         if mode == "versions":  # each row stamped with this epoch
             rows = Rows.of_frame(rows.frame().withColumn(
                 VERSION, F.lit(self.version).cast("bigint")))
-        self.staged.append(_Staged(name, ddl_of(rows.schema), mode, list(lineage), path, rows))
+        self.staged.append(_Staged(name, ddl_of(rows.schema), mode, list(lineage), path, rows,
+                                   try_driver=try_driver))
 
     def writes(self) -> list[Callable[[], None]]:
         """One function per staged table write; each writes its files into staging."""
@@ -260,7 +264,8 @@ class QueryTables:
         df = s.df.frame()
         if s.lineage:
             files = None
-            if (s.mode == "append" and not self.bulk) or self._small(s.name):
+            tries = not self.bulk if s.try_driver is None else s.try_driver
+            if (s.mode == "append" and tries) or self._small(s.name):
                 files, s.rows = self._write_small_bucketed(df, s.lineage, s.path)
             if files is None:
                 files = self._write_bucketed(df, s.lineage, s.path)
