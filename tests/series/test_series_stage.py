@@ -248,6 +248,7 @@ def test_an_answer_expected_large_is_computed_once(spark, tmp_path, monkeypatch,
     for route in ("expected", "collect first"):
         if route == "collect first":
             monkeypatch.setattr(epoch, "through_spark", lambda *a: False)
+            monkeypatch.setattr(epoch, "view_through_spark", lambda *a: False)
         (tmp_path / route).mkdir()
         reports, _ = _answered_as_duckdb(spark, tmp_path / route, series, segments, False)
         read[route] = [r.metrics["spark_io"]["read"] for r in reports]

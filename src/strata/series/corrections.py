@@ -40,9 +40,9 @@ from strata.model.errors import StrataError
 from strata.physical.program import EpochContext, EpochOutcome
 from strata.physical.session import set_confs
 from strata.queries.plan import MULT
-from strata.queries.spark import QueryTables, run_all, write_parquet
+from strata.queries.spark import QueryTables, dispatch, run_all, write_parquet
 from strata.series.answers import stored_answer
-from strata.series.cost import folded
+from strata.series.cost import folded, view_through_spark
 from strata.series.evaluate import occurrence
 from strata.series.normalize import View
 from strata.series.reads import read_views, segment_frames
@@ -151,13 +151,15 @@ def correct(program: SeriesProgram, ctx: EpochContext) -> EpochOutcome:
         new_fresh = segment_frames(spark, read, program.columns,
                                    {**redo, **needed}, dict.fromkeys([*redo, *needed], 1),
                                    cached)
-        largest = max((i.records for i in read.values()), default=0)
         tables = QueryTables(spark, ctx.layout, view_tables(stored), ctx.num_partitions,
-                             ctx.token, records=largest)
+                             ctx.token)
+        limit = dispatch.driver_rows(ctx)
         for fp, k in sorted(redo):
             view, rows = new_fresh[(fp, k)]
+            large = view_through_spark(state.get("stats", {}), fp, read[k].records, limit)
             tables.stage(fp, rows.frame().withColumn(SEGMENT, F.lit(k)),
-                         ["_g"] if view.kind == "partial" else [], "append")
+                         ["_g"] if view.kind == "partial" else [], "append",
+                         try_driver=not large)
         run_all(spark, tables.writes())
         crashpoint("series-after-corrected-views")
         written, driver_bytes = staged_views(ctx.layout, sorted(redo), tables.staged)

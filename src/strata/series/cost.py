@@ -372,3 +372,10 @@ def through_spark(rows_so_far: float | None, bound: float | None, limit: int) ->
     if rows_so_far is not None:
         return rows_so_far > limit
     return bound is not None and bound > limit
+
+
+def view_through_spark(stats: Mapping[str, Any], fingerprint: str,
+                       segment_rows: float | None, limit: int) -> bool:
+    """:func:`through_spark` for a segment's stored view: its rows in the segments
+    before (the stage's statistics), else the segment's ``segment_rows``, bound it."""
+    return through_spark(stats.get("rows", {}).get(fingerprint), segment_rows, limit)

@@ -41,6 +41,7 @@ from strata.series.cost import (
     scan_plan,
     scan_sharing,
     through_spark,
+    view_through_spark,
 )
 from strata.series.evaluate import (
     jumbo_eligible,
@@ -227,11 +228,10 @@ def compute_views(program: SeriesProgram, ctx: EpochContext, plan: SegmentPlan,
     limit = dispatch.driver_rows(ctx)
     for fp, j in keep:
         view, frame = fresh[(fp, j)]
-        # a view that had more rows than the driver takes (or, before its first, whose
-        # segment has more) is written by Spark at once: a try would compute it twice
-        large = through_spark(plan.stats.get("rows", {}).get(fp),
-                                     plan.segments[j].records if j in plan.segments else None,
-                                     limit)
+        # a view expected larger than the driver takes is written by Spark at once: a
+        # try would compute it twice
+        large = view_through_spark(plan.stats, fp, plan.segments[j].records
+                                   if j in plan.segments else None, limit)
         tables.stage(fp, with_segment(frame, j, view_schema(spark, columns, view, True, known))
                      if (fp, j) in plan.held else frame.frame().withColumn(SEGMENT, F.lit(j)),
                      ["_g"] if view.kind == "partial" else [], "append", try_driver=not large)
@@ -335,7 +335,7 @@ def answers(program: SeriesProgram, ctx: EpochContext, plan: SegmentPlan,
         rows = noted.rows_in[s.name] = window_rows(series_plan, n, views,
                                                   plan.stats.get("rows", {}))
         large = through_spark(plan.stats.get("answer_rows", {}).get(s.name), rows,
-                                     dispatch.driver_rows(ctx))
+                              dispatch.driver_rows(ctx))
         out.append(timed(functools.partial(
             answer_occurrence, program, ctx, s.name, n, read, noted.by_driver, large, arrow),
             s.name, noted.seconds))

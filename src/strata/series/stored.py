@@ -211,7 +211,7 @@ def write_answer(ctx: EpochContext, flow: str, ddl: str, out: DataFrame | pa.Tab
         return
     most = dispatch.driver_rows(ctx)
     try:
-        if through_spark or most <= 0:
+        if through_spark:
             write_parquet(out, out_dir)
             return
         table = out.coalesce(1).limit(most + 1).toArrow()
