@@ -30,7 +30,7 @@ def _cell(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value + 0.0:.4g}"  # + 0.0: no "-0" for a negative zero
     if isinstance(value, int):
         return f"{value:,}"
     return str(value).replace("|", "\\|").replace("\n", " ")
