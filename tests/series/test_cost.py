@@ -9,6 +9,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
+from strata.cli.series_explain import scan_lines
 from strata.controller import Controller
 from strata.queries.front.sql import parse_sql
 from strata.queries.spark.bucketed import bucket_of, read_bucketed, write_bucketed
@@ -299,6 +300,45 @@ def test_the_stage_estimates_its_epochs_and_learns_from_sparks_metrics(spark, tm
             for n, _ in c.stored_increments(s.name):
                 want = duckdb_answer(s.sql, {"log": range(n - 1, n)}, segments)
                 assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), (s.name, n)
+
+
+@pytest.mark.usefixtures("spark_plans")
+def test_a_session_with_vectored_parquet_reads_records_no_reads_and_kappa_learns_none(
+        spark, tmp_path):
+    """Spark's default since 4.0: Parquet's vectored reads bypass the statistics behind
+    its input bytes (footers only). An epoch in such a session records what it shuffled
+    and wrote, not a read figure the cost model would take for the reads."""
+    from strata.physical.spark_io import VECTORED_READS, reads_counted
+
+    assert reads_counted(spark)  # get_spark turns vectored reads off
+    rng = random.Random(5)
+    series = [Series(f"k{i}", f"SELECT {k}, count(*) AS n FROM log GROUP BY {k}",
+                     {"log": "log[-1]"}) for i, k in enumerate(["A", "C", "D"])]
+    before = spark.conf.get(VECTORED_READS)
+    spark.conf.set(VECTORED_READS, "true")
+    try:
+        assert not reads_counted(spark)
+        with Controller(str(tmp_path / "home"), dataflow(series, shared_scan="auto"),
+                        spark=spark, num_partitions=2) as c:
+            reports, segments = [], []
+            for i in range(3):
+                segments.append(segment(rng, 40))
+                pq.write_table(segments[-1], tmp_path / f"s{i}.parquet")
+                c.ingest("log", [str(tmp_path / f"s{i}.parquet")])
+                reports += c.run()
+            io = [r.metrics["spark_io"] for r in reports]
+            assert all(set(x) == {"shuffled", "written"} and x["shuffled"] > 0 for x in io)
+            state = c.runner.committed(c.dataflow.stages[series_stage_name("log")]).state
+            assert set(state["stats"]["kappa"]) == {"shuffled", "written"}
+            # what `strata series explain` shows of the last epoch
+            shown = scan_lines({**state["scan"], "measured": measured(reports[-1].metrics)})
+            assert any("measured by Spark" in x and "read not measured" in x for x in shown)
+            for s in series:
+                for n, _ in c.stored_increments(s.name):
+                    want = duckdb_answer(s.sql, {"log": range(n - 1, n)}, segments)
+                    assert canon(c.read_flow(s.name, n).to_pylist()) == canon(want), n
+    finally:
+        spark.conf.set(VECTORED_READS, before)
 
 
 def test_views_with_the_same_keys_are_grouped_once_when_their_keys_cost_more_than_a_scan():

@@ -139,7 +139,9 @@ def scan_lines(scan: dict | None) -> list[str]:
         got = scan["measured"]
         rows.append(("measured by Spark", {**got, "io": sum(got.values())}))
     for label, io in rows:
-        lines.append(f"  last epoch's I/O, {label}: {output.size(io['io'])} (read "
-                     f"{output.size(io['read'])}, shuffled {output.size(io['shuffled'])}, "
-                     f"written {output.size(io['written'])})")
+        # a session with Parquet's vectored reads on does not count them (spark_io)
+        read = output.size(io["read"]) if "read" in io else "not measured"
+        total = output.size(io["io"]) + ("" if "read" in io else " besides reads")
+        lines.append(f"  last epoch's I/O, {label}: {total} (read {read}, shuffled "
+                     f"{output.size(io['shuffled'])}, written {output.size(io['written'])})")
     return lines

@@ -30,7 +30,7 @@ from strata.physical.program import (
     read_state,
 )
 from strata.physical.session import default_parallelism, get_spark, is_connect, job_confs
-from strata.physical.spark_io import io_since, newest_job
+from strata.physical.spark_io import io_since, newest_job, reads_counted
 from strata.physical.translate import MODES, TranslateProgram
 from strata.storage.direct_columns import STORES
 from strata.storage.home import Home
@@ -180,7 +180,10 @@ class SparkStageRunner:
             else:
                 sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
         if first is not None:  # after the epoch's try: a measurement never discards it
-            outcome.metrics["spark_io"] = io_since(self.spark, first)
+            io = io_since(self.spark, first)
+            if io is not None and not reads_counted(self.spark):
+                del io["read"]  # footers only: a learned cost must not take it as the reads
+            outcome.metrics["spark_io"] = io
         snap = commit(ctx, program, outcome)
         return EpochResult(stage.name, epoch, snap.outputs, snap, snap.metrics)
 

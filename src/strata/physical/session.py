@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -195,19 +196,21 @@ def default_parallelism(spark: SparkSession) -> int:
     session)."""
     if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
-    known = _PARALLELISM.get(id(spark))
-    if known is None:
-        conf = spark.conf.get("spark.default.parallelism", None)
-        if conf:
-            known = int(conf)
-        else:
-            from pyspark.sql import functions as F
+    with _PARALLELISM_LOCK:  # an epoch's concurrent writes ask at once: one job
+        known = _PARALLELISM.get(id(spark))
+        if known is None:
+            conf = spark.conf.get("spark.default.parallelism", None)
+            if conf:
+                known = int(conf)
+            else:
+                from pyspark.sql import functions as F
 
-            row = (spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
-                   .agg(F.max("p").alias("p")).first())
-            known = 1 + (row["p"] if row is not None and row["p"] is not None else 0)
-        _PARALLELISM[id(spark)] = known
+                row = (spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
+                       .agg(F.max("p").alias("p")).first())
+                known = 1 + (row["p"] if row is not None and row["p"] is not None else 0)
+            _PARALLELISM[id(spark)] = known
     return known
 
 
 _PARALLELISM: dict[int, int] = {}  # id(Connect session) -> its default parallelism
+_PARALLELISM_LOCK = threading.Lock()

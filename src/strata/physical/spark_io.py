@@ -5,11 +5,25 @@ runner for them (``StageProgram.records_spark_io``): the runner notes the newest
 before the epoch and sums, after it, the stages of every job started since. Classic
 Spark only: over Spark Connect there is no status store to read, and nothing is
 recorded. Parquet's vectored reads do not show in Spark's input bytes (only footers do):
-:func:`~strata.physical.session.get_spark` turns them off."""
+:func:`~strata.physical.session.get_spark` turns them off, and in a session that has them
+on (Spark's default since 4.0) the bytes read are left out (:func:`reads_counted`)."""
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
+
+VECTORED_READS = "spark.hadoop.parquet.hadoop.vectored.io.enabled"
+
+
+def reads_counted(spark: SparkSession) -> bool:
+    """Whether Spark's input bytes count the column chunks a Parquet scan reads: only
+    with Parquet's vectored reads off (on by default, they bypass the Hadoop statistics
+    Spark counts). Set when the session starts; a session conf changed later does not
+    reach the readers."""
+    try:
+        return str(spark.conf.get(VECTORED_READS, "true")).strip().lower() == "false"
+    except Exception:  # noqa: BLE001  (a conf Spark cannot return: assume the default)
+        return False
 
 
 def newest_job(spark: SparkSession) -> int | None:
