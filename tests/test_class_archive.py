@@ -17,13 +17,21 @@ from strata.physical.class_archive import ArchiveState, decide
 STALE = class_archive.LOCK_STALE_SECONDS
 
 
+RETRY = class_archive.FAILED_RETRY_SECONDS
+
+
 @pytest.mark.parametrize(("state", "action"), [
-    (ArchiveState(exists=True, lock_age_seconds=None, failed=False), "use"),
-    (ArchiveState(exists=True, lock_age_seconds=5.0, failed=True), "use"),
-    (ArchiveState(exists=False, lock_age_seconds=None, failed=False), "build"),
-    (ArchiveState(exists=False, lock_age_seconds=5.0, failed=False), "wait"),
-    (ArchiveState(exists=False, lock_age_seconds=STALE + 1, failed=False), "build"),
-    (ArchiveState(exists=False, lock_age_seconds=None, failed=True), "none"),
+    (ArchiveState(exists=True, lock_age_seconds=None, failed_age_seconds=None), "use"),
+    (ArchiveState(exists=True, lock_age_seconds=5.0, failed_age_seconds=5.0), "use"),
+    (ArchiveState(exists=False, lock_age_seconds=None, failed_age_seconds=None), "build"),
+    (ArchiveState(exists=False, lock_age_seconds=5.0, failed_age_seconds=None), "wait"),
+    (ArchiveState(exists=False, lock_age_seconds=STALE + 1, failed_age_seconds=None),
+     "build"),
+    (ArchiveState(exists=False, lock_age_seconds=None, failed_age_seconds=5.0), "none"),
+    # a failure is not for ever: a day later the build is tried again
+    (ArchiveState(exists=False, lock_age_seconds=None, failed_age_seconds=RETRY + 1),
+     "build"),
+    (ArchiveState(exists=False, lock_age_seconds=5.0, failed_age_seconds=RETRY + 1), "wait"),
 ])
 def test_what_a_starting_session_does_with_the_archive(state, action):
     assert decide(state) == action
@@ -42,6 +50,16 @@ def test_an_archive_on_disk_goes_to_the_driver_unless_switched_off(tmp_path, mon
     monkeypatch.setenv("STRATA_CLASS_ARCHIVE", "off")
     assert class_archive.archive_path() is None
     assert class_archive.driver_java_options({}) == ""
+
+
+def test_the_builder_runs_without_the_callers_spark_conf_dir(monkeypatch, tmp_path):
+    """A conf directory is its sessions' (an event log's settings there made spark-submit
+    exit 1 after the dump): the archive is of Spark's own jars and defaults."""
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xlog:class+load")
+    env = class_archive._builder_env()
+    assert "SPARK_CONF_DIR" not in env and "JAVA_TOOL_OPTIONS" not in env
+    assert env["PYSPARK_DRIVER_PYTHON"] == sys.executable
 
 
 def test_a_build_in_progress_is_not_started_twice(tmp_path, monkeypatch):
@@ -118,6 +136,7 @@ def test_build_writes_a_checked_archive_and_leaves_nothing_else(spark, tmp_path,
     path.with_name(f"{path.stem}.999999.tmp").write_bytes(b"half")  # a killed builder's
     where = path.stem.split("-")[-2]
     path.with_name(f"spark-0.0.0-{where}-0123456789ab.jsa").write_bytes(b"superseded")
+    path.with_suffix(".failed").write_text("an earlier try\n")  # a day old, say
     assert class_archive.build(path)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no lock, dump or marker
     done = _driver_maps(path)

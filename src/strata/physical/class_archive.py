@@ -12,7 +12,8 @@ builder runs a small Spark application through ``spark-submit`` with
 ``-XX:ArchiveClassesAtExit``, checks the archive it wrote, and only then moves it into
 place (a JVM given a truncated archive crashes, so nothing unchecked is ever used). One
 builder runs at a time (a lock file); a failed build leaves a ``.failed`` file with its
-reason and is not retried.
+reason and is tried again a day later. The builder runs without the caller's
+``SPARK_CONF_DIR``: the archive is of Spark's own jars and defaults.
 
 ``-Xshare:auto`` keeps the archive optional: a JVM whose class path or options do not match
 it (a user's own jars, say) starts without it. ``STRATA_CLASS_ARCHIVE`` turns it off or
@@ -38,6 +39,7 @@ from strata import config
 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # no JVM warnings when it cannot be used
 LOCK_STALE_SECONDS = 900.0  # a builder that held its lock this long is taken to have died
+FAILED_RETRY_SECONDS = 86_400.0  # a failed build is tried again a day later
 BUILD_TIMEOUT_SECONDS = 900.0
 # confs that change the driver's class path: an archive of Spark's alone would not match
 CLASS_PATH_CONFS = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
@@ -48,20 +50,21 @@ Action = Literal["use", "build", "wait", "none"]
 
 @dataclass(frozen=True)
 class ArchiveState:
-    """What is on disk for one archive: it exists, a builder's lock (its age in seconds)
-    or a failed build's marker."""
+    """What is on disk for one archive: it exists, a builder's lock or a failed build's
+    marker (each by its age in seconds; None: absent)."""
 
     exists: bool
     lock_age_seconds: float | None
-    failed: bool
+    failed_age_seconds: float | None
 
 
 def decide(state: ArchiveState) -> Action:
     """``use`` an archive that exists; ``wait`` while a live builder writes it; ``none``
-    after a failed build; else ``build`` it."""
+    for a day after a failed build (then it is tried again: a failure may have been the
+    machine's at the time); else ``build`` it."""
     if state.exists:
         return "use"
-    if state.failed:
+    if state.failed_age_seconds is not None and state.failed_age_seconds < FAILED_RETRY_SECONDS:
         return "none"
     if state.lock_age_seconds is not None and state.lock_age_seconds < LOCK_STALE_SECONDS:
         return "wait"
@@ -111,12 +114,15 @@ def _superseded(path: Path) -> list[Path]:
 
 
 def observe(path: Path) -> ArchiveState:
-    lock = _lock(path)
+    return ArchiveState(path.is_file(), _age(_lock(path)), _age(_failed(path)))
+
+
+def _age(path: Path) -> float | None:
+    """Seconds since ``path`` was written, or None if it is not there."""
     try:
-        age: float | None = time.time() - lock.stat().st_mtime
+        return time.time() - path.stat().st_mtime
     except OSError:
-        age = None
-    return ArchiveState(path.is_file(), age, _failed(path).exists())
+        return None
 
 
 def driver_java_options(conf: dict[str, str]) -> str:
@@ -177,6 +183,7 @@ def build(path: Path) -> bool:
             reason = "the JVM could not map the archive it wrote"
         if reason is None:
             os.replace(tmp, path)
+            _failed(path).unlink(missing_ok=True)  # of an earlier try
             for old in _superseded(path):  # about 200 MB each
                 old.unlink(missing_ok=True)
         else:
@@ -267,6 +274,9 @@ def _builder_env() -> dict[str, str]:
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("JAVA_TOOL_OPTIONS", None)  # the archive is of the default JVM
+    # and of Spark's own defaults: a conf directory's event log, jars or JVM options are
+    # its sessions' (with an event log's settings, spark-submit exited 1 after the dump)
+    env.pop("SPARK_CONF_DIR", None)
     return env
 
 
