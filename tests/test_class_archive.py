@@ -53,8 +53,9 @@ def test_an_archive_on_disk_goes_to_the_driver_unless_switched_off(tmp_path, mon
 
 
 def test_the_builder_runs_without_the_callers_spark_conf_dir(monkeypatch, tmp_path):
-    """A conf directory is its sessions' (an event log's settings there made spark-submit
-    exit 1 after the dump): the archive is of Spark's own jars and defaults."""
+    """Spark puts a conf directory first on the driver's class path, and the JVM cannot
+    dump an archive with a non-empty directory there: a build that inherited one failed,
+    and the archive was off for every session after."""
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xlog:class+load")
     env = class_archive._builder_env()

@@ -13,7 +13,9 @@ builder runs a small Spark application through ``spark-submit`` with
 place (a JVM given a truncated archive crashes, so nothing unchecked is ever used). One
 builder runs at a time (a lock file); a failed build leaves a ``.failed`` file with its
 reason and is tried again a day later. The builder runs without the caller's
-``SPARK_CONF_DIR``: the archive is of Spark's own jars and defaults.
+``SPARK_CONF_DIR``, which Spark puts first on the driver's class path: the JVM cannot dump
+an archive with a non-empty directory there, and a session started with one does not
+match the archive (``-Xshare:auto`` starts it without).
 
 ``-Xshare:auto`` keeps the archive optional: a JVM whose class path or options do not match
 it (a user's own jars, say) starts without it. ``STRATA_CLASS_ARCHIVE`` turns it off or
@@ -274,8 +276,9 @@ def _builder_env() -> dict[str, str]:
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("JAVA_TOOL_OPTIONS", None)  # the archive is of the default JVM
-    # and of Spark's own defaults: a conf directory's event log, jars or JVM options are
-    # its sessions' (with an event log's settings, spark-submit exited 1 after the dump)
+    # and of Spark's own class path: a conf directory goes first on it, and the JVM
+    # cannot dump with a non-empty directory there ("Cannot have non-empty directory in
+    # paths"); sessions started with one do not match the archive and start without it
     env.pop("SPARK_CONF_DIR", None)
     return env
 
