@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from strata import config
 from strata.model.errors import StrataError
 from strata.physical.class_archive import driver_java_options
+from strata.physical.spark_io import VECTORED_READS
 
 # Epochs evaluate time functions (date_trunc, to_date, hour, …) in UTC whatever the
 # session or the machine says, so an answer (and the state it is built from) never
@@ -96,7 +97,7 @@ def get_spark(master: str | None = None, app_name: str = "strata", *,
         .config("spark.ui.port", "0")
         # Parquet's vectored reads bypass the Hadoop statistics behind Spark's input bytes
         # (only footers are counted); strata's cost model learns from those bytes
-        .config("spark.hadoop.parquet.hadoop.vectored.io.enabled", "false")
+        .config(VECTORED_READS, "false")  # spark_io.reads_counted asks the same conf
         .config("spark.driver.memory", config.env(config.DRIVER_MEMORY))
     )
     confs = {k.replace("_", "."): v for k, v in conf.items()}
